@@ -1,0 +1,149 @@
+// The data layout shared by the Python front end, the host side of the built module and the
+// persistent kernel. mpk_runtime/abi.py mirrors these structs; at load time it compares its
+// offsets with the ones the module reports (mpk_abi_layout), so the two can never drift silently.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define MPK_ABI_VERSION 1
+#define MPK_MAX_INPUTS 7
+#define MPK_MAX_OUTPUTS 3
+#define MPK_NO_EVENT 0xffffffffu
+#define MPK_MAX_SCHEDULERS 32
+
+// MpkTaskDesc::flags
+#define MPK_FLAG_FIRST_TRIGGER_SINGLE 0x1u  // first_trigger counts this task alone: publish by store
+// MpkKernelParams::triggers entries: event id, with this bit when the event has a single producer
+#define MPK_TRIGGER_SINGLE 0x80000000u
+
+// One task: what to run, what to wait for, what to signal. 128 bytes, copied to shared memory
+// by the worker before the task runs.
+typedef struct MpkTaskDesc {
+  uint16_t variant;       // dispatcher case (one per template instantiation)
+  uint16_t task_type;     // opcode from the registry
+  uint16_t num_triggers;  // events this task increments when it finishes
+  uint16_t flags;
+  uint32_t wait_event;    // event to wait for, or MPK_NO_EVENT
+  uint32_t wait_count;    // producers counted by wait_event (its target is wait_count * (iteration + 1))
+  uint32_t first_trigger; // the first event this task increments (kept here: the common case
+                          // of one trigger then needs no extra load on the critical path)
+  uint32_t trigger_begin; // further triggers: MpkKernelParams::triggers[trigger_begin ...]
+  uint32_t task_id;
+  uint32_t layer;
+  uint16_t grid_idx[3];
+  uint16_t reserved;
+  union {
+    float f;
+    int32_t i;
+  } scalars[2];
+  void *inputs[MPK_MAX_INPUTS];
+  void *outputs[MPK_MAX_OUTPUTS];
+} MpkTaskDesc;
+
+// The ten meta tensors (see mpk_runtime/meta.py for shapes and dtypes).
+typedef struct MpkMeta {
+  int64_t *tokens;          // [total_num_requests, max_seq_length]
+  int32_t *step;            // [total_num_requests]
+  int32_t *prompt_lengths;  // [total_num_requests]
+  int64_t *input_tokens;    // [max_num_batched_tokens]
+  int64_t *output_tokens;   // [max_num_batched_tokens]
+  int32_t *num_new_tokens;  // [1]
+  int32_t *qo_indptr;       // [max_num_batched_requests + 1]
+  int32_t *paged_kv_indptr; // [max_num_batched_requests + 1]
+  int32_t *paged_kv_indices;       // [max_num_pages]
+  int32_t *paged_kv_last_page_len; // [max_num_batched_requests]
+} MpkMeta;
+
+typedef struct MpkBatchConfig {
+  int32_t max_num_batched_tokens;
+  int32_t max_num_batched_requests;
+  int32_t max_num_pages;
+  int32_t page_size;
+  int32_t max_seq_length;
+  int32_t total_num_requests;
+  int32_t max_pages_per_request;
+  int32_t test_mode;
+  int64_t eos_token_id;
+} MpkBatchConfig;
+
+// Scratch owned by prepare_next_batch (device memory, sized by the host).
+typedef struct MpkBatchState {
+  int32_t *running;        // [max_num_batched_requests] admitted, unfinished requests, oldest first
+  int32_t *batch;          // [max_num_batched_requests] requests of the current iteration, by slot
+  int32_t *request_pages;  // [total_num_requests * max_pages_per_request]
+  int32_t *request_num_pages; // [total_num_requests]
+  int32_t *page_queue;     // [max_num_pages] free pages, a ring
+  int32_t *counters;       // MPK_BATCH_* below
+} MpkBatchState;
+
+enum {
+  MPK_BATCH_NUM_RUNNING = 0,
+  MPK_BATCH_BATCH_SIZE,
+  MPK_BATCH_NEXT_REQUEST,
+  MPK_BATCH_PAGE_HEAD,
+  MPK_BATCH_FREE_PAGES,
+  MPK_BATCH_NUM_COUNTERS
+};
+
+// Device-side control words. Counters stay monotonic across launches (a launch's targets are
+// offset by iterations_total), so a launch needs no reset; only a launch stopped half-way (watchdog)
+// makes the host zero them, with every event counter, before the next one.
+typedef struct MpkControl {
+  // (launch_id << 32) | MPK_GO_STOP? | iterations released to the workers in this launch
+  unsigned long long go;
+  unsigned long long end_count;         // queues drained, one per worker and iteration
+  unsigned long long iterations_total;  // iterations completed by earlier launches
+  uint32_t abort;                       // launch id stopped by the watchdog or a device error
+  uint32_t reserved;
+  unsigned long long scheduler_progress[MPK_MAX_SCHEDULERS];
+} MpkControl;
+#define MPK_GO_STOP 0x80000000ull
+#define MPK_GO_ITERATIONS 0x7fffffffull
+
+// Written by a worker when a wait has lasted long, read by the host after a watchdog stop.
+typedef struct MpkWorkerStatus {
+  uint32_t task;       // task waiting for its event, or MPK_NO_EVENT when not waiting
+  uint32_t launch_id;
+} MpkWorkerStatus;
+
+enum {
+  MPK_STATUS_RUNNING = 1,
+  MPK_STATUS_OK = 0,
+  MPK_STATUS_WATCHDOG = 2,
+  MPK_STATUS_PAGES_EXHAUSTED = 3,
+  MPK_STATUS_SKIPPED = 4,  // not run: an earlier launch stopped half-way and was not reset yet
+};
+
+// Result of a launch, in mapped host memory: the host can read it even while the kernel runs.
+typedef struct MpkStatus {
+  int32_t code;
+  uint32_t iterations;       // iterations the task graph ran in this launch
+  unsigned long long idle_ns;  // with MPK_STATUS_WATCHDOG: how long nothing progressed
+  int32_t detail[4];         // with MPK_STATUS_PAGES_EXHAUSTED: request, pages needed, pages free
+} MpkStatus;
+
+typedef struct MpkKernelParams {
+  // Descriptors in queue order: worker w runs tasks[queue_offsets[w] .. queue_offsets[w + 1]),
+  // in program order, every iteration. Laid out by queue so a worker can prefetch the next
+  // descriptor without first loading its id.
+  const MpkTaskDesc *tasks;
+  const uint32_t *queue_offsets;  // [num_workers + 1]
+  const uint32_t *triggers;       // event ids (| MPK_TRIGGER_SINGLE), indexed by MpkTaskDesc::trigger_begin
+  unsigned long long *event_counters;   // [num_events]
+  unsigned long long *worker_progress;  // [num_workers] tasks finished in this launch
+  MpkWorkerStatus *worker_status;       // [num_workers]
+  MpkControl *control;
+  MpkStatus *status;           // this launch's slot in the host's ring of mapped status blocks
+  unsigned long long *profiler_buffer;  // null when profiling is off
+  unsigned long long profiler_capacity; // entries in profiler_buffer
+  uint32_t launch_id;          // > 0, different for every launch of this kernel
+  uint32_t num_tasks;
+  uint32_t num_events;
+  uint32_t num_workers;
+  uint32_t num_schedulers;
+  uint32_t end_trigger_count;  // workers with a non-empty queue
+  unsigned long long watchdog_timeout_ns;
+  MpkMeta meta;
+  MpkBatchConfig batch;
+  MpkBatchState state;
+} MpkKernelParams;

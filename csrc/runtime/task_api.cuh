@@ -1,0 +1,56 @@
+// What a task body sees: its descriptor (pointers to its slices, scalars, grid index) and the
+// runtime view (meta tensors of the current iteration). Task bodies are blockIdx-agnostic: every
+// per-task fact comes from the descriptor.
+//
+// The contract, by example (csrc/tasks/common/noop.cuh is the minimal task):
+//
+//   template <typename T, int ROWS>
+//   __device__ __forceinline__ void my_task(mpk::TaskDesc const &task, mpk::Runtime const &rt) {
+//     T const *x = task.input<T>(0);  // this task's slice of its first input
+//     T *y = task.output<T>(0);
+//     for (int i = threadIdx.x; i < ROWS; i += mpk::kWorkerThreads) ...
+//   }
+//
+// All kWorkerThreads threads of the worker call the body; the runtime synchronizes the CTA
+// before and after it, so a body needs no trailing __syncthreads().
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "runtime/abi.h"
+#include "runtime/config.cuh"
+
+namespace mpk {
+
+struct TaskDesc : MpkTaskDesc {
+  template <typename T>
+  __device__ __forceinline__ T *input(int i) const {
+    return static_cast<T *>(inputs[i]);
+  }
+  template <typename T>
+  __device__ __forceinline__ T *output(int i) const {
+    return static_cast<T *>(outputs[i]);
+  }
+  __device__ __forceinline__ float scalar_f(int i) const { return scalars[i].f; }
+  __device__ __forceinline__ int32_t scalar_i(int i) const { return scalars[i].i; }
+};
+static_assert(sizeof(TaskDesc) == sizeof(MpkTaskDesc), "TaskDesc must only add methods");
+static_assert(sizeof(MpkTaskDesc) == 128, "a task descriptor is 128 bytes (8 x 16-byte copies)");
+
+struct Runtime {
+  MpkMeta const &meta;
+  MpkBatchConfig const &batch;
+  uint32_t iteration;  // within this launch
+
+  // Tokens of the current iteration (written by prepare_next_batch before the iteration starts).
+  __device__ __forceinline__ int32_t num_active_tokens() const { return *meta.num_new_tokens; }
+};
+
+// Dynamic shared memory of the worker CTA, sized by the build for the hungriest variant.
+extern __shared__ __align__(128) unsigned char dynamic_smem[];
+
+// Generated per graph (codegen.py): one case per template instantiation the graph uses.
+__device__ __forceinline__ void execute_task(TaskDesc const &task, Runtime const &rt);
+
+}  // namespace mpk

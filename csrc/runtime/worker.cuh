@@ -1,0 +1,125 @@
+// The worker: one CTA per SM that runs its queue of tasks, in program order, every iteration.
+//
+// Per task: the descriptor is already in shared memory (prefetched with cp.async while the previous
+// task ran); thread 0 acquire-spins on the task's one event, if it has one; the CTA runs the body;
+// thread 0 publishes with one fence and then, per triggered event, a store of the iteration's
+// target (events with one producer) or a relaxed increment (several producers). That is one
+// acquire spin per dependency and no round trip through a scheduler on the critical path.
+#pragma once
+#include "runtime/sync.cuh"
+#include "runtime/task_api.cuh"
+
+namespace mpk {
+namespace detail {
+
+constexpr uint32_t kSpinsPerCheck = 1024;  // spins between looks at the abort word
+
+// 8 threads copy the 128-byte descriptor, 16 bytes each, without blocking: the copy overlaps
+// whatever the CTA runs before cp_async_wait_all().
+__device__ __forceinline__ void prefetch_desc(MpkTaskDesc *dst, MpkTaskDesc const *src) {
+  if (threadIdx.x < sizeof(MpkTaskDesc) / 16) {
+    uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst)) + 16 * threadIdx.x;
+    char const *s = reinterpret_cast<char const *>(src) + 16 * threadIdx.x;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(s) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+__device__ __forceinline__ bool aborted(MpkKernelParams const &p) {
+  return ld_relaxed(&p.control->abort) == p.launch_id;
+}
+
+// Thread 0: wait until the controller releases iteration `iter` of this launch. False: stop.
+__device__ __forceinline__ bool wait_go(MpkKernelParams const &p, uint32_t iter) {
+  unsigned long long const want = static_cast<unsigned long long>(p.launch_id) << 32;
+  for (;;) {
+    unsigned long long g = ld_acquire(&p.control->go);
+    if ((g & ~0xffffffffull) != want) continue;  // still the previous launch's word
+    if (g & MPK_GO_STOP) return false;
+    if ((g & MPK_GO_ITERATIONS) > iter) return true;
+  }
+}
+
+// Thread 0: wait until every producer of the task's event has finished this iteration.
+// False when the watchdog stopped the launch meanwhile.
+__device__ __forceinline__ bool wait_event(MpkKernelParams const &p, uint32_t worker, TaskDesc const &d,
+                                           unsigned long long absolute_iter) {
+  unsigned long long const target = static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1);
+  unsigned long long const *counter = &p.event_counters[d.wait_event];
+  uint32_t spins = 0;
+  while (ld_acquire(counter) < target) {
+    if (++spins % kSpinsPerCheck == 0) {
+      if (spins == kSpinsPerCheck) {  // a long wait: say what we wait for, for the watchdog report
+        p.worker_status[worker].launch_id = p.launch_id;
+        st_relaxed(&p.worker_status[worker].task, d.task_id);
+      }
+      if (aborted(p)) return false;
+    }
+  }
+  if (spins >= kSpinsPerCheck) st_relaxed(&p.worker_status[worker].task, MPK_NO_EVENT);
+  return true;
+}
+
+// One event, after the fence: an event with a single producer is set to its target (a plain store
+// is seen sooner than an atomic); one with several producers counts them.
+__device__ __forceinline__ void publish(MpkKernelParams const &p, uint32_t event, bool single,
+                                        unsigned long long absolute_iter) {
+  if (single)
+    st_relaxed(&p.event_counters[event], absolute_iter + 1);
+  else
+    red_add_relaxed(&p.event_counters[event], 1);
+}
+
+// Thread 0, after the CTA finished a task: publish its writes to every consumer event.
+__device__ __forceinline__ void trigger(MpkKernelParams const &p, TaskDesc const &d, unsigned long long absolute_iter) {
+  if (d.num_triggers == 0) return;
+  fence_acq_rel();
+  publish(p, d.first_trigger, d.flags & MPK_FLAG_FIRST_TRIGGER_SINGLE, absolute_iter);
+  for (uint32_t i = 1; i < d.num_triggers; ++i) {
+    uint32_t const e = p.triggers[d.trigger_begin + i - 1];
+    publish(p, e & ~MPK_TRIGGER_SINGLE, e & MPK_TRIGGER_SINGLE, absolute_iter);
+  }
+}
+
+}  // namespace detail
+
+__device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t worker) {
+  __shared__ __align__(128) MpkTaskDesc descs[2];
+  __shared__ uint32_t go_on;
+  uint32_t const q_begin = p.queue_offsets[worker];
+  uint32_t const q_end = p.queue_offsets[worker + 1];
+  unsigned long long const base = p.control->iterations_total;  // written by the previous launch
+  unsigned long long finished = 0;  // thread 0's count of tasks run, for the watchdog
+
+  for (uint32_t iter = 0;; ++iter) {
+    if (q_begin < q_end) detail::prefetch_desc(&descs[0], &p.tasks[q_begin]);
+    if (threadIdx.x == 0) go_on = detail::wait_go(p, iter);
+    __syncthreads();
+    if (!go_on) return;
+    Runtime const rt{p.meta, p.batch, iter};
+    uint32_t buf = 0;
+    for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
+      detail::cp_async_wait_all();
+      __syncthreads();  // descs[buf] complete and visible; descs[buf ^ 1] no longer read
+      TaskDesc const &d = *static_cast<TaskDesc const *>(&descs[buf]);
+      if (q + 1 < q_end) detail::prefetch_desc(&descs[buf ^ 1], &p.tasks[q + 1]);
+      if (d.wait_event != MPK_NO_EVENT) {
+        if (threadIdx.x == 0) go_on = detail::wait_event(p, worker, d, base + iter);
+        __syncthreads();
+        if (!go_on) return;
+      }
+      execute_task(d, rt);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        detail::trigger(p, d, base + iter);
+        st_relaxed(&p.worker_progress[worker], ++finished);
+      }
+    }
+    if (threadIdx.x == 0 && q_begin < q_end) red_add_release(&p.control->end_count, 1);
+    __syncthreads();  // nobody still reads go_on when thread 0 writes it for the next iteration
+  }
+}
+
+}  // namespace mpk

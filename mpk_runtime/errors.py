@@ -1,0 +1,82 @@
+"""One exception hierarchy for the runtime.
+
+Every error derives from :class:`MpkError` and, where one fits, from the builtin that describes it,
+so callers can catch either (``except ValueError`` keeps working for bad arguments).
+"""
+
+from __future__ import annotations
+
+
+class MpkError(Exception):
+    """Base class of every error raised by mpk_runtime."""
+
+
+class ConfigError(MpkError, ValueError):
+    """An init parameter of PersistentKernel is unknown, missing or out of range."""
+
+
+class BlockDimError(MpkError, ValueError):
+    """block_dim does not match the worker thread count of the target architecture."""
+
+
+class GridError(MpkError, ValueError):
+    """grid_dim is malformed or does not divide the dimensions it partitions."""
+
+
+class ShapeError(MpkError, ValueError):
+    """A tensor's shape does not fit the layer it is passed to."""
+
+
+class DTypeError(MpkError, TypeError):
+    """A tensor's dtype is not supported by, or inconsistent within, a layer."""
+
+
+class LayoutError(MpkError, ValueError):
+    """A tensor is not contiguous (row-major)."""
+
+
+class DeviceError(MpkError, RuntimeError):
+    """A tensor or GPU is not where the kernel needs it (wrong device, no GPU)."""
+
+
+class NameConflictError(MpkError, ValueError):
+    """A tensor name is already taken in this kernel."""
+
+
+class ArityError(MpkError, ValueError):
+    """A task would have more inputs or outputs than a task descriptor can carry."""
+
+
+class GraphError(MpkError, ValueError):
+    """The task graph is malformed (no layers, a tensor from another kernel, ...)."""
+
+
+class MetaTensorError(MpkError, ValueError):
+    """A meta tensor override has the wrong shape, dtype, device or contents."""
+
+
+class StateError(MpkError, RuntimeError):
+    """A method was called at the wrong point of the kernel's life cycle."""
+
+
+class BuildError(MpkError, RuntimeError):
+    """nvcc failed, or a built module could not be loaded."""
+
+
+class CoResidencyError(MpkError, RuntimeError):
+    """The persistent kernel's CTAs cannot all be resident on the GPU at once."""
+
+
+class KernelError(MpkError, RuntimeError):
+    """The persistent kernel stopped with an error reported by the device."""
+
+
+class WatchdogError(KernelError):
+    """The device watchdog stopped a kernel in which nothing progressed for too long.
+
+    ``record`` holds what every stuck worker was waiting for (see ``mpk_runtime.diagnostics``).
+    """
+
+    def __init__(self, message: str, record: list | None = None):
+        super().__init__(message)
+        self.record = record or []

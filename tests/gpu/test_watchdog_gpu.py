@@ -1,0 +1,74 @@
+"""A hang is an error: the device watchdog stops a launch whose dependency can never be met, the
+exception names the stuck task and its event, and the process (and the kernel) stay usable."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import mpk_runtime as mpk
+
+
+def chain(pk, n=6):
+    ts = [pk.attach_input(torch.full((1,), -7, dtype=torch.int32, device="cuda"), f"t{i}") for i in range(n + 1)]
+    ts[0].data.fill_(1)
+    for i in range(n):
+        pk.noop_layer([ts[i]], [ts[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim, probe=True)
+    pk.compile()
+    return ts
+
+
+def test_unsatisfiable_dependency_raises_watchdog_error(make_pk):
+    pk = make_pk(placement="round_robin", watchdog_timeout=0.5)
+    ts = chain(pk)
+    blocked = 3  # its producer is task 2; ask for two increments per iteration instead of one
+    pk._device_graph.set_wait_count(blocked, 2)
+    start = time.perf_counter()
+    pk()
+    with pytest.raises(mpk.WatchdogError) as info:
+        pk.synchronize(timeout=30)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10
+    msg = str(info.value)
+    assert "noop_3[0]" in msg and "waits in task 3" in msg and "1 of 1 producers finished" in msg, msg
+    assert info.value.record[0]["task"] == blocked
+    # the tasks before the blocked one ran, the ones after did not
+    assert [t.data.item() for t in ts[:4]] == [1, 2, 3, 4] and ts[4].data.item() == -7
+
+    # the same kernel recovers once the dependency is satisfiable again
+    pk._device_graph.set_wait_count(blocked, 1)
+    for t in ts[1:]:
+        t.data.fill_(-7)
+    pk()
+    pk.synchronize(timeout=30)
+    assert [t.data.item() for t in ts] == list(range(1, 8))
+
+
+def test_process_still_builds_and_runs_after_a_watchdog_stop(make_pk):
+    pk = make_pk(watchdog_timeout=0.5)
+    x = torch.randn(4, 1024, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
+    out = torch.zeros_like(x)
+    pk.rmsnorm_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
+                     output=pk.attach_input(out, "out"), grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    pk.compile()
+    pk()
+    pk.synchronize()
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_launches_after_a_stopped_one_are_skipped_and_reported(make_pk):
+    pk = make_pk(placement="round_robin", watchdog_timeout=0.3)
+    ts = chain(pk, n=3)
+    pk._device_graph.set_wait_count(2, 5)
+    pk()
+    pk()  # queued behind the one that will be stopped
+    with pytest.raises(mpk.WatchdogError, match="launch 1"):
+        pk.synchronize(timeout=30)
+    pk._device_graph.set_wait_count(2, 1)
+    pk()
+    pk.synchronize(timeout=30)
+    assert [t.data.item() for t in ts] == [1, 2, 3, 4]
