@@ -1,18 +1,16 @@
-"""Repo-wide test settings: Hypothesis profiles and markers."""
+"""Repo-wide test settings: the Hypothesis profile (the mpk plugin registers dev / ci / thorough)
+and the markers of this repository's own tests."""
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
-# dev: quick local runs; ci: reproducible (derandomized, no example database); thorough: many examples.
-settings.register_profile("dev", max_examples=10, deadline=None)
-settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", max_examples=200, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+pytest_plugins = ["pytester"]  # tests/cpu/plugin tests the mpk plugin the way pytest-xdist tests itself
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/gpu)")
+    if config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import timing  # noqa: E402
-
 import mpk_runtime as mpk  # noqa: E402
+
+import timing  # noqa: E402
 
 EMPTY_KERNEL = r"""
 __global__ void empty_kernel() {}

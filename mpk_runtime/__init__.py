@@ -7,6 +7,9 @@ them into a task graph by their data dependencies, compiles the graph into one p
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import (
     ArityError,
     BlockDimError,
@@ -22,17 +25,29 @@ from .errors import (
     MetaTensorError,
     MpkError,
     NameConflictError,
+    ProfileError,
     ShapeError,
     StateError,
     WatchdogError,
 )
-from .gpu import get_configurations_from_gpu
-from .graph import DTensor
-from .kernel import PersistentKernel
+
+if TYPE_CHECKING:
+    from .gpu import get_configurations_from_gpu
+    from .graph import DTensor
+    from .kernel import PersistentKernel
+
+# Imported on first use: tools such as mpk-profile need none of torch.
+_LAZY = {"PersistentKernel": ".kernel", "DTensor": ".graph", "get_configurations_from_gpu": ".gpu"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ArityError", "BlockDimError", "BuildError", "CoResidencyError", "ConfigError", "DTensor", "DTypeError",
     "DeviceError", "GraphError", "GridError", "KernelError", "LayoutError", "MetaTensorError", "MpkError",
-    "NameConflictError", "PersistentKernel", "ShapeError", "StateError", "WatchdogError",
+    "NameConflictError", "PersistentKernel", "ProfileError", "ShapeError", "StateError", "WatchdogError",
     "get_configurations_from_gpu",
 ]

@@ -19,13 +19,21 @@ STATUS_RUNNING = 1
 STATUS_WATCHDOG = 2
 STATUS_PAGES_EXHAUSTED = 3
 STATUS_SKIPPED = 4
+STATUS_TASK_ERROR = 5
+
+TASK_ERROR_INDEX = 1
+
+PROF_TASK_BEGIN = 1
+PROF_TASK_END = 2
+PROF_PREPARE_BEGIN = 3
+PROF_PREPARE_END = 4
 
 # MpkTaskDesc, packed with struct for speed (graphs have many tasks): (field, format) in order.
 TASK_DESC_FIELDS = [
     ("variant", "H"), ("task_type", "H"), ("num_triggers", "H"), ("flags", "H"),
     ("wait_event", "I"), ("wait_count", "I"), ("first_trigger", "I"), ("trigger_begin", "I"),
     ("task_id", "I"), ("layer", "I"), ("grid_idx", "3H"), ("reserved", "H"),
-    ("scalars", "2f"), ("inputs", "7Q"), ("outputs", "3Q"),
+    ("scalars", "2I"), ("inputs", "7Q"), ("outputs", "3Q"),
 ]
 TASK_DESC = struct.Struct("<" + "".join(f for _, f in TASK_DESC_FIELDS))
 assert TASK_DESC.size == 128
@@ -40,6 +48,13 @@ def _offsets(fields: list[tuple[str, str]]) -> dict[str, int]:
 
 
 TASK_DESC_OFFSETS = _offsets(TASK_DESC_FIELDS)
+
+
+def scalar_word(scalar: dict) -> int:
+    """A descriptor scalar of the task graph JSON ({"f": x} or {"i": n}) as its 32 bits."""
+    if "i" in scalar:
+        return scalar["i"] & 0xFFFFFFFF
+    return struct.unpack("<I", struct.pack("<f", scalar["f"]))[0]
 
 
 class MpkMeta(C.Structure):
@@ -64,7 +79,8 @@ BATCH_NUM_COUNTERS = 5
 
 class MpkControl(C.Structure):
     _fields_ = [("go", C.c_uint64), ("end_count", C.c_uint64), ("iterations_total", C.c_uint64),
-                ("abort", C.c_uint32), ("reserved", C.c_uint32),
+                ("abort", C.c_uint32), ("task_error_launch", C.c_uint32), ("task_error_task", C.c_uint32),
+                ("task_error_code", C.c_int32), ("task_error_value", C.c_int64),
                 ("scheduler_progress", C.c_uint64 * MAX_SCHEDULERS)]
 
 

@@ -4,7 +4,10 @@
 - ``task_graph_rank{r}.json``: tensors, layers, variants, every task (slices, dependencies, worker,
   event, triggers) and the schedule;
 - ``signature_rank{r}.json``: every attached tensor (name, shape, dtype, IN / OUT / INOUT) and the
-  kernel parameters, enough to rebuild inputs for a replay.
+  kernel parameters, enough to rebuild inputs for a replay;
+- ``meta_rank{r}.pt``: the meta tensors the user overrode (CPU copies), when there are any.
+
+``PersistentKernel.from_artifacts`` reads them back.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from .build import write_if_changed
 from .codegen import Variant
+from .errors import GraphError
 from .graph import TaskGraph
 from .params import KernelParams
 from .schedule import Schedule
@@ -25,7 +31,8 @@ def graph_json(graph: TaskGraph, schedule: Schedule, variants: list[Variant], va
                arch: str, p: KernelParams) -> dict:
     data = {"format": "mpk-task-graph", "version": FORMAT_VERSION, "arch": arch, "rank": p.mpi_rank}
     data.update(graph.to_json())
-    data["variants"] = [{"id": v.id, "task": v.spec.name, "call": v.call, "layers": v.layers} for v in variants]
+    data["variants"] = [{"id": v.id, "task": v.spec.name, "call": v.call, "smem": v.smem, "layers": v.layers}
+                        for v in variants]
     data["tasks"] = [
         {"id": t.id, "label": t.label, "layer": t.layer.id, "variant": variant_of_layer[t.layer.id],
          "grid_idx": list(t.grid_idx), "inputs": [s.to_json() for s in t.reads],
@@ -47,23 +54,53 @@ def signature_json(graph: TaskGraph, p: KernelParams, arch: str) -> dict:
     return {
         "format": "mpk-signature", "version": FORMAT_VERSION, "arch": arch, "rank": p.mpi_rank, "params": params,
         "tensors": [
-            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.short, "direction": t.direction, "kind": t.kind}
+            {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.short, "direction": t.direction, "kind": t.kind,
+             **({"derived_from": t.derived_from} if t.derived_from else {})}
             for t in graph.tensors.values()
         ],
     }
 
 
-def write(output_dir: str | Path, rank: int, source: str, graph: dict, signature: dict) -> dict[str, Path]:
+def paths(output_dir: str | Path, rank: int) -> dict[str, Path]:
     out = Path(output_dir)
-    paths = {
+    return {
         "source": out / f"test_rank{rank}.cu",
         "graph": out / f"task_graph_rank{rank}.json",
         "signature": out / f"signature_rank{rank}.json",
+        "meta": out / f"meta_rank{rank}.pt",
     }
-    write_if_changed(paths["source"], source)
-    write_if_changed(paths["graph"], dumps(graph))
-    write_if_changed(paths["signature"], dumps(signature))
-    return paths
+
+
+def write(output_dir: str | Path, rank: int, source: str, graph: dict, signature: dict,
+          meta_overrides: dict[str, torch.Tensor]) -> dict[str, Path]:
+    where = paths(output_dir, rank)
+    write_if_changed(where["source"], source)
+    write_if_changed(where["graph"], dumps(graph))
+    write_if_changed(where["signature"], dumps(signature))
+    if meta_overrides:
+        torch.save({k: v.detach().cpu() for k, v in meta_overrides.items()}, where["meta"])
+    else:
+        where.pop("meta")
+    return where
+
+
+def read(output_dir: str | Path, rank: int) -> tuple[str, dict, dict, dict[str, torch.Tensor]]:
+    """(source, graph, signature, meta overrides) of a compile output directory."""
+    where = paths(output_dir, rank)
+    missing = [str(p) for k, p in where.items() if k != "meta" and not p.is_file()]
+    if missing:
+        raise GraphError(
+            f"{output_dir} is not a compile output directory of rank {rank}: missing {', '.join(missing)} "
+            f"(write one with pk.compile(output_dir=...))"
+        )
+    graph = json.loads(where["graph"].read_text())
+    signature = json.loads(where["signature"].read_text())
+    for data, kind in ((graph, "mpk-task-graph"), (signature, "mpk-signature")):
+        if data.get("format") != kind or data.get("version") != FORMAT_VERSION:
+            raise GraphError(f"{output_dir}: expected {kind} version {FORMAT_VERSION}, found {data.get('format')} "
+                             f"version {data.get('version')}; recompile to refresh the directory")
+    meta = torch.load(where["meta"]) if where["meta"].is_file() else {}
+    return where["source"].read_text(), graph, signature, meta
 
 
 def dumps(data: dict) -> str:

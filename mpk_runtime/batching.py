@@ -100,6 +100,12 @@ class BatchPlanner:
             self.running.append(req)
             self._add(req, n)
             budget -= n
+        if not self.batch and self.next_request < cfg.total_num_requests:
+            need = -(-min(int(m["prompt_lengths"][self.next_request]), cfg.max_num_batched_tokens) // cfg.page_size)
+            raise PagesExhausted(
+                f"request {self.next_request} waits for {need} KV pages and nothing runs that could free them "
+                f"({len(self.page_queue)} free); raise max_num_pages (now {cfg.max_num_pages})"
+            )
         m["num_new_tokens"][0] = int(qo[len(self.batch)])
         return bool(self.batch)
 

@@ -28,7 +28,7 @@ from .abi import ABI_VERSION
 from .errors import BuildError, ConfigError
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc"
-COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", f"-I{CSRC}"]
+COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"]
 ARCH_FLAGS = {
     # PTX + SASS for compute_80: Ampere-path kernels also run on newer GPUs through the PTX JIT.
     "sm80": ["-gencode=arch=compute_80,code=[compute_80,sm_80]", "-DMPK_TARGET_SM=80"],
@@ -65,10 +65,19 @@ def nvcc_version(path: str) -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def flags_for(arch: str) -> list[str]:
+def flags_for(arch: str, python_extension: bool = False) -> list[str]:
+    """nvcc flags for ``arch``; a Python extension (the pybind11 task-body modules) also gets the
+    pybind11 and Python headers, whose paths (and so the Python version) enter the cache key."""
     if arch not in ARCH_FLAGS:
         raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(ARCH_FLAGS)}")
-    return COMMON_FLAGS + ARCH_FLAGS[arch]
+    extra: list[str] = []
+    if python_extension:
+        import sysconfig
+
+        import pybind11
+
+        extra = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}", "-Xcompiler", "-fvisibility=hidden"]
+    return COMMON_FLAGS + [f"-I{CSRC}"] + ARCH_FLAGS[arch] + extra
 
 
 def included_headers(source: str) -> list[Path]:
@@ -84,10 +93,12 @@ def included_headers(source: str) -> list[Path]:
     return sorted(seen)
 
 
-def cache_key(source: str, arch: str) -> str:
+def cache_key(source: str, arch: str, python_extension: bool = False) -> str:
     nv = nvcc()
     h = hashlib.sha256()
-    for part in (f"abi={ABI_VERSION}", f"arch={arch}", f"nvcc={nvcc_version(nv)}", " ".join(flags_for(arch)), source):
+    # The headers' contents are hashed below; their location is not, so clones share entries.
+    flags = " ".join(flags_for(arch, python_extension)).replace(str(CSRC), "<csrc>")
+    for part in (f"abi={ABI_VERSION}", f"arch={arch}", f"nvcc={nvcc_version(nv)}", flags, source):
         h.update(part.encode())
         h.update(b"\0")
     for header in included_headers(source):
@@ -121,9 +132,9 @@ def entry_is_valid(entry: Path) -> bool:
         return False
 
 
-def compile_to(source_path: Path, out: Path, arch: str) -> None:
+def compile_to(source_path: Path, out: Path, arch: str, python_extension: bool = False) -> None:
     """Run nvcc on ``source_path`` into ``out``; BuildError with the compiler's output on failure."""
-    cmd = [nvcc(), *flags_for(arch), "-o", str(out), str(source_path)]
+    cmd = [nvcc(), *flags_for(arch, python_extension), "-o", str(out), str(source_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(
@@ -132,10 +143,11 @@ def compile_to(source_path: Path, out: Path, arch: str) -> None:
         )
 
 
-def build_module(source: str, arch: str, name: str) -> BuildResult:
+def build_module(source: str, arch: str, name: str, python_extension: bool = False) -> BuildResult:
     """The module for ``source`` on ``arch``: from the cache, or built once and published there."""
     start = time.perf_counter()
-    key = cache_key(source, arch)
+    key = cache_key(source, arch, python_extension)
+    name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
     modules = cache_root() / "modules"
     entry = modules / f"{name}-{arch}-{key[:16]}"
     if entry_is_valid(entry):
@@ -148,8 +160,9 @@ def build_module(source: str, arch: str, name: str) -> BuildResult:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=modules))
         try:
             (tmp / SOURCE).write_text(source)
-            compile_to(tmp / SOURCE, tmp / MODULE, arch)
-            record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags_for(arch),
+            compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
+            record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()),
+                      "flags": flags_for(arch, python_extension),
                       "module_sha256": _sha256(tmp / MODULE), "built_by_pid": os.getpid(), "built_at": time.time()}
             (tmp / RECORD).write_text(json.dumps(record, indent=1))
             os.rename(tmp, entry)

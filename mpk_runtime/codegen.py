@@ -2,8 +2,8 @@
 
 The translation unit includes only the task headers the graph uses, defines the opcode enum and
 name table of those tasks and one dispatcher case per template instantiation (a "variant"), then
-includes the runtime. It holds no pointers and no task counts, so graphs that differ only in
-their tensors or grid sizes share one cached module.
+includes the runtime. It holds no pointers and no task counts, so graphs whose tasks have the same
+template arguments share one cached module, whatever their tensors and task counts.
 """
 
 from __future__ import annotations
@@ -22,13 +22,19 @@ class Variant:
     id: int
     spec: TaskSpec
     template_args: list
-    smem_bytes: int
     layers: list[str] = field(default_factory=list)
 
     @property
+    def targs(self) -> str:
+        return ", ".join(str(a) for a in self.template_args)
+
+    @property
     def call(self) -> str:
-        args = ", ".join(str(a) for a in self.template_args)
-        return f"{self.spec.function}<{args}>(task, rt);"
+        return f"{self.spec.function}<{self.targs}>(task, rt);"
+
+    @property
+    def smem(self) -> str | None:
+        return f"{self.spec.smem_function}<{self.targs}>()" if self.spec.smem_function else None
 
 
 def collect_variants(graph: TaskGraph) -> tuple[list[Variant], dict[int, int]]:
@@ -40,7 +46,7 @@ def collect_variants(graph: TaskGraph) -> tuple[list[Variant], dict[int, int]]:
         key = (layer.spec.name, tuple(str(a) for a in layer.template_args))
         v = by_key.get(key)
         if v is None:
-            v = Variant(len(variants), layer.spec, list(layer.template_args), layer.smem_bytes)
+            v = Variant(len(variants), layer.spec, list(layer.template_args))
             variants.append(v)
             by_key[key] = v
         v.layers.append(layer.name)
@@ -51,12 +57,13 @@ def collect_variants(graph: TaskGraph) -> tuple[list[Variant], dict[int, int]]:
 def generate(variants: list[Variant], arch: str) -> str:
     specs = sorted({v.spec.name: v.spec for v in variants}.values(), key=lambda s: s.opcode)
     headers = sorted({s.header_for(arch) for s in specs})
-    smem = max((v.smem_bytes for v in variants), default=0)
-    out = [BANNER, f"// target: {arch}", '#include "runtime/task_api.cuh"']
+    smem = [v.smem for v in variants if v.smem]
+    out = [BANNER, f"// module: {module_name(variants)}", f"// target: {arch}", '#include "runtime/task_api.cuh"']
     out += [f'#include "tasks/{h}"' for h in headers]
     out += ["", "namespace mpk {", "", "enum TaskType : uint16_t {"]
     out += [f"  MPK_TASK_{s.name.upper()} = {s.opcode}," for s in specs]
-    out += ["};", "", f"constexpr unsigned kDynamicSmemBytes = {smem};", "",
+    out += ["};", "", "// The hungriest variant's dynamic shared memory sizes the kernel's.",
+            f"constexpr unsigned kDynamicSmemBytes = max_of({{{', '.join(['0u', *smem])}}});", "",
             "inline char const *task_type_name(int opcode) {", "  switch (opcode) {"]
     out += [f'    case MPK_TASK_{s.name.upper()}: return "{s.name}";' for s in specs]
     out += ["    default: return nullptr;", "  }", "}", "",
@@ -69,6 +76,34 @@ def generate(variants: list[Variant], arch: str) -> str:
     out += ["    default:", "      break;", "  }", "}", "", "}  // namespace mpk", "",
             '#include "runtime/persistent_kernel.cuh"', ""]
     return "\n".join(out)
+
+
+def generate_task_bodies(variants: list[dict], arch: str, module: str) -> str:
+    """A pybind11 module that launches each variant's body alone: one thread block per task
+    descriptor, no scheduler, no events (``variants``: the task graph JSON's)."""
+    from .tasks import registry
+
+    specs = {v["task"]: registry.get(v["task"]) for v in variants}
+    headers = sorted({s.header_for(arch) for s in specs.values()})
+    out = [BANNER, f"// task bodies of: {', '.join(sorted(specs))}", f"// target: {arch}",
+           "#include <pybind11/pybind11.h>", "#include <string>", '#include "runtime/task_api.cuh"']
+    out += [f'#include "tasks/{h}"' for h in headers]
+    out += ['#include "runtime/task_body.cuh"', "", "namespace mpk {"]
+    for v in variants:
+        call = v["call"].replace("(task, rt);", "")
+        smem = v.get("smem") or "0u"
+        out.append(f"MPK_TASK_BODY({v['id']}, ({call}(task, rt)), ({smem}))")
+    out += ["}  // namespace mpk", "", f"PYBIND11_MODULE({module}, m) {{",
+            '  m.doc() = "Task bodies launched alone: one thread block per task descriptor.";',
+            '  m.def("launch", &mpk::launch_body, "variant, descriptors, count, meta, batch, control, stream -> error");',
+            '  m.def("smem_bytes", &mpk::body_smem_bytes);', "}", ""]
+    return "\n".join(out)
+
+
+def module_name_of(source: str) -> str:
+    """The module name a generated source carries (its cache entry name), "replay" if none."""
+    m = re.search(r"^// module: (\S+)$", source, re.M)
+    return m.group(1) if m else "replay"
 
 
 def module_name(variants: list[Variant]) -> str:

@@ -1,6 +1,10 @@
 """The task graph as the persistent kernel reads it: descriptors in queue order, queue offsets,
 trigger lists, event counters and control words, all owned by torch tensors on the device, and
-the ``MpkKernelParams`` that points at them."""
+the ``MpkKernelParams`` that points at them.
+
+Built from the task graph JSON (``artifacts.graph_json``) and the tensors bound by name, so a live
+compile and a replay of a saved compile output directory upload through the same code.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +13,30 @@ import ctypes
 import torch
 
 from . import abi
-from .graph import TaskGraph
 from .params import KernelParams
-from .schedule import Schedule
 
 U32_ALL_ONES = -1  # 0xffffffff in an int32 tensor
 
 
 class DeviceGraph:
-    def __init__(self, graph: TaskGraph, schedule: Schedule, variant_of_layer: dict[int, int],
-                 meta: dict[str, torch.Tensor], p: KernelParams, device: torch.device):
+    def __init__(self, graph: dict, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor],
+                 p: KernelParams, device: torch.device, profiler: torch.Tensor | None = None):
         self.device = device
-        self.order = [t for q in schedule.queues for t in q]  # descriptor slot -> task id
+        schedule = graph["schedule"]
+        queues, events = schedule["queues"], schedule["events"]
+        self.order = [t for q in queues for t in q]  # descriptor slot -> task id
         self.slot_of = {t: i for i, t in enumerate(self.order)}
         offsets = [0]
-        for q in schedule.queues:
+        for q in queues:
             offsets.append(offsets[-1] + len(q))
+        layers = {layer["id"]: layer for layer in graph["layers"]}
+        single = [e["trigger_count"] == 1 for e in events]
         extra: list[int] = []
         blob = bytearray()
         for tid in self.order:
-            blob += _pack(graph, schedule, variant_of_layer, tid, extra)
-        self.wait_counts = {tid: schedule.events[e].trigger_count
-                            for tid, e in enumerate(schedule.wait_event) if e is not None}
+            blob += _pack(graph["tasks"][tid], layers, events, single, tensors, extra)
+        self.wait_counts = {t["id"]: events[t["wait_event"]]["trigger_count"]
+                            for t in graph["tasks"] if t["wait_event"] is not None}
 
         def dev(values, dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(device)
@@ -39,10 +45,10 @@ class DeviceGraph:
         self.tasks = torch.frombuffer(blob, dtype=torch.uint8).to(device)
         self.queue_offsets = dev(offsets, torch.int32)
         self.triggers = dev([e - (1 << 32) if e >= 1 << 31 else e for e in extra] or [0], torch.int32)
-        self.event_counters = torch.zeros(max(1, len(schedule.events)), dtype=torch.int64, device=device)
+        self.event_counters = torch.zeros(max(1, len(events)), dtype=torch.int64, device=device)
         self.worker_progress = torch.zeros(p.num_workers, dtype=torch.int64, device=device)
         self.worker_status = torch.full((p.num_workers, 2), U32_ALL_ONES, dtype=torch.int32, device=device)
-        self.control = torch.zeros(_words(abi.MpkControl), dtype=torch.int64, device=device)
+        self.control = torch.zeros(ctypes.sizeof(abi.MpkControl) // 8, dtype=torch.int64, device=device)
 
         requests = int(meta["tokens"].shape[0])
         pages_per_request = -(-p.max_seq_length // p.page_size)
@@ -54,22 +60,23 @@ class DeviceGraph:
             "page_queue": torch.zeros(p.max_num_pages, dtype=torch.int32, device=device),
             "counters": torch.zeros(abi.BATCH_NUM_COUNTERS, dtype=torch.int32, device=device),
         }
-        self.meta = meta  # kept alive: the kernel holds their pointers
+        self.keep_alive = (tensors, meta, profiler)  # the kernel holds their pointers
+        m = {k: v.data_ptr() for k, v in meta.items()}
         self.params = abi.MpkKernelParams(
             tasks=self.tasks.data_ptr(), queue_offsets=self.queue_offsets.data_ptr(),
             triggers=self.triggers.data_ptr(), event_counters=self.event_counters.data_ptr(),
             worker_progress=self.worker_progress.data_ptr(), worker_status=self.worker_status.data_ptr(),
-            control=self.control.data_ptr(), status=None, profiler_buffer=None, profiler_capacity=0, launch_id=0,
-            num_tasks=len(self.order), num_events=len(schedule.events), num_workers=p.num_workers,
-            num_schedulers=p.num_local_schedulers, end_trigger_count=sum(1 for q in schedule.queues if q),
+            control=self.control.data_ptr(), status=None,
+            profiler_buffer=None if profiler is None else profiler.data_ptr(),
+            profiler_capacity=0 if profiler is None else profiler.numel(), launch_id=0,
+            num_tasks=len(self.order), num_events=len(events), num_workers=p.num_workers,
+            num_schedulers=p.num_local_schedulers, end_trigger_count=sum(1 for q in queues if q),
             watchdog_timeout_ns=int(p.watchdog_timeout * 1e9),
             meta=abi.MpkMeta(
-                tokens=meta["tokens"].data_ptr(), step=meta["step"].data_ptr(),
-                prompt_lengths=meta["prompt_lengths"].data_ptr(), input_tokens=meta["input_tokens"].data_ptr(),
-                output_tokens=meta["output_tokens"].data_ptr(), num_new_tokens=meta["num_new_tokens"].data_ptr(),
-                qo_indptr=meta["qo_indptr_buffer"].data_ptr(), paged_kv_indptr=meta["paged_kv_indptr_buffer"].data_ptr(),
-                paged_kv_indices=meta["paged_kv_indices_buffer"].data_ptr(),
-                paged_kv_last_page_len=meta["paged_kv_last_page_len_buffer"].data_ptr()),
+                tokens=m["tokens"], step=m["step"], prompt_lengths=m["prompt_lengths"], input_tokens=m["input_tokens"],
+                output_tokens=m["output_tokens"], num_new_tokens=m["num_new_tokens"], qo_indptr=m["qo_indptr_buffer"],
+                paged_kv_indptr=m["paged_kv_indptr_buffer"], paged_kv_indices=m["paged_kv_indices_buffer"],
+                paged_kv_last_page_len=m["paged_kv_last_page_len_buffer"]),
             batch=abi.MpkBatchConfig(
                 max_num_batched_tokens=p.max_num_batched_tokens, max_num_batched_requests=p.max_num_batched_requests,
                 max_num_pages=p.max_num_pages, page_size=p.page_size, max_seq_length=p.max_seq_length,
@@ -94,24 +101,19 @@ class DeviceGraph:
         self.tasks[offset:offset + 4] = torch.tensor([count], dtype=torch.int32).view(torch.uint8).to(self.device)
 
 
-def _words(cls) -> int:
-    return ctypes.sizeof(cls) // 8
-
-
-def _pack(graph: TaskGraph, schedule: Schedule, variant_of_layer: dict[int, int], tid: int, extra: list[int]) -> bytes:
-    t = graph.tasks[tid]
-    layer = t.layer
-    triggers = schedule.triggers[tid]
-    wait = schedule.wait_event[tid]
-    scalars = (layer.spec.scalar_values(layer.values) + [0.0, 0.0])[:2]
-    ins = [s.tensor.data.data_ptr() + s.byte_offset for s in t.reads] + [0] * (7 - len(t.reads))
-    outs = [s.tensor.data.data_ptr() + s.byte_offset for s in t.writes] + [0] * (3 - len(t.writes))
-    single = [schedule.events[e].trigger_count == 1 for e in triggers]
+def _pack(task: dict, layers: dict[int, dict], events: list[dict], single: list[bool],
+          tensors: dict[str, torch.Tensor], extra: list[int]) -> bytes:
+    layer = layers[task["layer"]]
+    triggers, wait = task["triggers"], task["wait_event"]
+    scalars = ([abi.scalar_word(x) for x in layer["scalars"]] + [0, 0])[:2]
+    ins = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["inputs"]]
+    outs = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["outputs"]]
     begin = len(extra)
-    extra.extend(e | (abi.TRIGGER_SINGLE if s else 0) for e, s in zip(triggers[1:], single[1:]))
-    flags = abi.FLAG_FIRST_TRIGGER_SINGLE if single[:1] == [True] else 0
+    extra.extend(e | (abi.TRIGGER_SINGLE if single[e] else 0) for e in triggers[1:])
+    flags = abi.FLAG_FIRST_TRIGGER_SINGLE if triggers and single[triggers[0]] else 0
     return abi.TASK_DESC.pack(
-        variant_of_layer[layer.id], layer.spec.opcode, len(triggers), flags,
-        abi.NO_EVENT if wait is None else wait, 0 if wait is None else schedule.events[wait].trigger_count,
-        triggers[0] if triggers else 0, begin, tid, layer.id, *t.grid_idx, 0, *scalars, *ins, *outs,
+        task["variant"], layer["opcode"], len(triggers), flags,
+        abi.NO_EVENT if wait is None else wait, 0 if wait is None else events[wait]["trigger_count"],
+        triggers[0] if triggers else 0, begin, task["id"], layer["id"], *task["grid_idx"], 0, *scalars,
+        *ins, *[0] * (7 - len(ins)), *outs, *[0] * (3 - len(outs)),
     )

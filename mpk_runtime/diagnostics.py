@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from . import abi
 from .errors import KernelError, WatchdogError
-from .graph import TaskGraph
-from .schedule import Schedule
 
 
 def launch_id(launch_index: int) -> int:
@@ -15,33 +15,54 @@ def launch_id(launch_index: int) -> int:
     return (launch_index - 1) % 0xFFFFFFFE + 1
 
 
-def watchdog_record(graph: TaskGraph, schedule: Schedule, iteration: int, lid: int,
+@dataclass(frozen=True)
+class ScheduleView:
+    """What a hang report needs to know about a scheduled graph, from live objects or from JSON."""
+
+    labels: list[str]
+    queues: list[list[int]]
+    worker_of: list[int]
+    wait_event: list[int | None]
+    producers: list[list[int]]  # per event
+
+    @classmethod
+    def from_json(cls, graph: dict) -> ScheduleView:
+        s = graph["schedule"]
+        return cls([t["label"] for t in graph["tasks"]], s["queues"], [t["worker"] for t in graph["tasks"]],
+                   [t["wait_event"] for t in graph["tasks"]], [e["producers"] for e in s["events"]])
+
+
+def watchdog_record(view: ScheduleView, iteration: int, lid: int,
                     worker_status: torch.Tensor, worker_progress: torch.Tensor) -> list[dict]:
     """For every worker stuck in a wait: the task, its event, and which producers had not finished."""
     status = worker_status.cpu().tolist()
     progress = worker_progress.cpu().tolist()
-    queue_pos = {t: i for q in schedule.queues for i, t in enumerate(q)}
-    done_in_iteration = [progress[w] - iteration * len(q) for w, q in enumerate(schedule.queues)]
+    queue_pos = {t: i for q in view.queues for i, t in enumerate(q)}
+    done_in_iteration = [progress[w] - iteration * len(q) for w, q in enumerate(view.queues)]
     record = []
     for w, (task, lid_w) in enumerate(status):
         task &= 0xFFFFFFFF
-        if task == abi.NO_EVENT or (lid_w & 0xFFFFFFFF) != lid or task >= len(graph.tasks):
+        if task == abi.NO_EVENT or (lid_w & 0xFFFFFFFF) != lid or task >= len(view.labels):
             continue
-        ev = schedule.events[schedule.wait_event[task]]
-        missing = [p for p in ev.producers if done_in_iteration[schedule.worker_of[p]] <= queue_pos[p]]
+        event = view.wait_event[task]
+        producers = view.producers[event]
+        missing = [p for p in producers if done_in_iteration[view.worker_of[p]] <= queue_pos[p]]
         record.append({
-            "worker": w, "task": task, "label": graph.tasks[task].label, "event": ev.id,
-            "producers": len(ev.producers), "finished": len(ev.producers) - len(missing),
-            "missing": [{"task": p, "label": graph.tasks[p].label, "worker": schedule.worker_of[p]} for p in missing],
+            "worker": w, "task": task, "label": view.labels[task], "event": event,
+            "producers": len(producers), "finished": len(producers) - len(missing),
+            "missing": [{"task": p, "label": view.labels[p], "worker": view.worker_of[p]} for p in missing],
         })
     return record
 
 
-def format_watchdog(record: list[dict], idle_ns: int, timeout: float, iteration: int) -> str:
-    lines = [
-        f"watchdog: nothing progressed for {idle_ns / 1e9:.2f} s (watchdog_timeout={timeout} s) in iteration "
-        f"{iteration}; the launch was stopped."
-    ]
+def format_watchdog(record: list[dict], iteration: int, idle_ns: int | None = None, timeout: float = 0.0) -> str:
+    """The hang report; ``idle_ns`` None: found by the emulator (a deadlock), not by the device."""
+    if idle_ns is None:
+        head = f"emulated run deadlocked in iteration {iteration}: no worker can start its next task."
+    else:
+        head = (f"watchdog: nothing progressed for {idle_ns / 1e9:.2f} s (watchdog_timeout={timeout} s) in iteration "
+                f"{iteration}; the launch was stopped.")
+    lines = [head]
     if not record:
         lines.append("  no worker was waiting on an event: a task body did not finish (or never started).")
     for r in record:
@@ -56,7 +77,19 @@ def format_watchdog(record: list[dict], idle_ns: int, timeout: float, iteration:
     return "\n".join(lines)
 
 
-def status_error(st: abi.MpkStatus, launch_index: int, message_for_watchdog) -> KernelError:
+def task_error_message(graph: dict, task: int, code: int, value: int) -> str:
+    """What a task's Runtime::fail report means, in the words of the task's spec."""
+    from .tasks import registry
+
+    t = graph["tasks"][task]
+    layer = next(layer for layer in graph["layers"] if layer["id"] == t["layer"])
+    what = registry.get(layer["task"]).error_message(code, value, layer, {x["name"]: x for x in graph["tensors"]})
+    return f"task {task} {t['label']} failed: {what}"
+
+
+def status_error(st: abi.MpkStatus, launch_index: int, message_for_watchdog, message_for_task=None) -> KernelError:
+    if st.code == abi.STATUS_TASK_ERROR and message_for_task is not None:
+        return KernelError(f"launch {launch_index}, iteration {st.iterations - 1}: {message_for_task(st)}")
     if st.code == abi.STATUS_WATCHDOG:
         message, record = message_for_watchdog(st)
         return WatchdogError(f"launch {launch_index}: {message}", record)

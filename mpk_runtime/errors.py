@@ -67,6 +67,10 @@ class CoResidencyError(MpkError, RuntimeError):
     """The persistent kernel's CTAs cannot all be resident on the GPU at once."""
 
 
+class ProfileError(MpkError, ValueError):
+    """A profiler buffer, profile CSV or profile query is malformed or names nothing that exists."""
+
+
 class KernelError(MpkError, RuntimeError):
     """The persistent kernel stopped with an error reported by the device."""
 

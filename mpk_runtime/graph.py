@@ -27,7 +27,8 @@ class DTensor:
     def __init__(self, name: str, data: torch.Tensor, kind: str, graph_id: int, index: int):
         self.name = name
         self.data = data
-        self.kind = kind  # "attached" or "intermediate"
+        self.kind = kind  # "attached", "intermediate" or "derived" (computed from attached tensors, e.g. shuffled)
+        self.derived_from: dict | None = None
         self.shape = tuple(data.shape)
         self.dtype = dtypes.lookup(data.dtype)
         self.strides = tuple(data.stride())
@@ -89,7 +90,7 @@ class Layer:
     values: dict[str, Any]  # scalars and options after defaults
     args: list[Arg]
     template_args: list[Any]
-    smem_bytes: int
+    scalars: list[float | int]
     cost_ns: float
     first_task: int = 0
     num_tasks: int = 0
@@ -142,9 +143,28 @@ class TaskGraph:
             )
         if data.dim() == 0:
             raise GraphError(f"tensor {name!r} is a 0-d scalar; attach it as shape (1,) with tensor.reshape(1)")
+        self._check_no_alias(data, name)
         t = DTensor(name, data, kind, self.id, len(self.tensors))
         self.tensors[name] = t
         return t
+
+    def _check_no_alias(self, data: torch.Tensor, name: str) -> None:
+        """Dependencies are tracked per tensor, so two attached tensors must not share memory: a write
+        through one would not order a read through the other."""
+        if data.device.type == "meta" or data.numel() == 0:
+            return
+        lo = data.data_ptr()
+        hi = lo + data.numel() * data.element_size()
+        for other in self.tensors.values():
+            o = other.data
+            if o.device != data.device or o.device.type == "meta" or o.numel() == 0:
+                continue
+            olo = o.data_ptr()
+            if lo < olo + o.numel() * o.element_size() and olo < hi:
+                raise GraphError(
+                    f"tensor {name!r} shares memory with {other.name!r} (the same tensor, or views of one storage); "
+                    f"attach each buffer once and pass the same handle to every layer that uses it"
+                )
 
     def own(self, value: Any, arg: str, layer: str) -> DTensor:
         """``value`` as a tensor of this graph, or a GraphError that says how to attach it."""
@@ -172,8 +192,10 @@ class TaskGraph:
         _check_partitions(name, spec, grid, args)
         slices = {a.name: _slice_info(a, grid) for a in args}
         targs = spec.template_args(slices, values)
-        layer = Layer(len(self.layers), name, spec, grid, values, args, targs,
-                      spec.smem_bytes(slices, values), spec.cost_ns(slices))
+        scalars = spec.scalar_values(values, slices)
+        if len(scalars) > 2:
+            raise ArityError(f"{name}: {spec.name} gives {len(scalars)} descriptor scalars; a descriptor carries 2")
+        layer = Layer(len(self.layers), name, spec, grid, values, args, targs, scalars, spec.cost_ns(slices))
         layer.first_task = len(self.tasks)
         for gz, gy, gx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
             idx = (gx, gy, gz)
@@ -224,6 +246,7 @@ class TaskGraph:
             "layers": [
                 {"id": l.id, "name": l.name, "task": l.spec.name, "opcode": l.spec.opcode, "grid": list(l.grid),
                  "values": l.values, "template_args": [str(a) for a in l.template_args],
+                 "scalars": [{"i": v} if isinstance(v, int) else {"f": v} for v in l.scalars],
                  "first_task": l.first_task, "num_tasks": l.num_tasks,
                  "args": [{"name": a.name, "tensor": a.tensor.name, "partition": a.partition.describe(),
                            "direction": "OUT" if a.writes else "IN"} for a in l.args]}

@@ -15,15 +15,27 @@ Every layer method (``pk.<task>_layer``) is generated from the task registry.
 from __future__ import annotations
 
 import copy
+import ctypes
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import artifacts, build, codegen, diagnostics, gpu, meta, params
+from . import abi, artifacts, build, codegen, diagnostics, dtypes, emulator, gpu, meta, params, shuffle
 from .device_graph import DeviceGraph
-from .errors import BlockDimError, CoResidencyError, DeviceError, GraphError, KernelError, LayoutError, StateError
+from .errors import (
+    BlockDimError,
+    ConfigError,
+    CoResidencyError,
+    DeviceError,
+    GraphError,
+    KernelError,
+    LayoutError,
+    ShapeError,
+    StateError,
+)
 from .graph import DTensor, TaskGraph, check_grid
 from .launcher import Module
 from .schedule import Schedule, build_schedule
@@ -45,8 +57,8 @@ class PersistentKernel:
     def __init__(self, **init_params: Any):
         p = params.parse(init_params)
         self._p = p
-        if p.compile_only:
-            self.device = torch.device("meta")
+        if p.compile_only or p.emulate:
+            self.device = torch.device("cpu")
             self._target_cc = p.target_cc
         else:
             gpu.require_gpu("PersistentKernel")
@@ -54,15 +66,60 @@ class PersistentKernel:
             self._target_cc = p.target_cc or gpu.native_target_cc(self.device.index)
             gpu.check_target_runs(self._target_cc, self.device.index)
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
+        self._profiler = _check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
         self._module: Module | None = None
         self._schedule: Schedule | None = None
         self._device_graph: DeviceGraph | None = None
         self._handle: int | None = None
         self._launches = 0
+        self._graph_json: dict | None = None
+        self._profile_pending = False  # a profiled launch whose trace synchronize() will write
+        self._replay: tuple[str, dict] | None = None  # (source, graph) of from_artifacts
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
         self.build_result: build.BuildResult | None = None
+
+    @classmethod
+    def from_artifacts(cls, output_dir: str | Path, tensors: dict[str, torch.Tensor], rank: int = 0,
+                       **overrides: Any) -> PersistentKernel:
+        """A kernel for a directory written by ``compile(output_dir=...)``, for replaying it: its
+        ``test_rank{r}.cu`` is built as it is now (an edited file is rebuilt, an unchanged one comes
+        from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
+        its signature by name. ``overrides`` change init parameters (e.g. ``emulate=True``)."""
+        source, graph, signature, saved_meta = artifacts.read(output_dir, rank)
+        init = dict(signature["params"], target_cc=int(signature["arch"][2:]))
+        init.update(overrides)
+        pk = cls(**init)
+        if saved_meta and "meta_tensors" not in overrides:  # the overrides the original run used
+            pk._p = dataclasses.replace(pk._p, meta_tensors={k: v.to(pk.device) for k, v in saved_meta.items()})
+            pk.meta_tensors = meta.build(pk._p, pk.device)
+        if pk.arch != signature["arch"]:
+            raise ConfigError(f"{output_dir} was generated for {signature['arch']}; replay it with that target_cc, "
+                              f"not {pk.target_cc}")
+        if pk.params.num_workers != graph["schedule"]["num_workers"]:
+            raise ConfigError(f"{output_dir} was scheduled for num_workers={graph['schedule']['num_workers']}; "
+                              f"replay it with the same num_workers, not {pk.params.num_workers}")
+        wanted = {t["name"]: t for t in signature["tensors"]}
+        tensors = dict(tensors)
+        for t in signature["tensors"]:  # recompute what the original run derived (shuffle_tensors)
+            recipe = t.get("derived_from")
+            if recipe and t["name"] not in tensors and all(i in tensors for i in recipe["inputs"]):
+                tensors[t["name"]] = shuffle.shuffle([tensors[i] for i in recipe["inputs"]], recipe["shuffled_dim"],
+                                                     recipe["num_groups"])
+        unknown = sorted(set(tensors) - set(wanted))
+        missing = sorted(set(wanted) - set(tensors))
+        if unknown or missing:
+            raise GraphError(f"replay of {output_dir}: tensors must match its signature; missing {missing or 'none'}, "
+                             f"unknown {unknown or 'none'}")
+        for name, want in wanted.items():
+            t = tensors[name]
+            if list(t.shape) != want["shape"] or dtypes.lookup(t.dtype).short != want["dtype"]:
+                raise ShapeError(f"replay of {output_dir}: tensor {name!r} must be {want['dtype']} {tuple(want['shape'])}, "
+                                 f"got {dtypes.lookup(t.dtype).short} {tuple(t.shape)}")
+            pk.attach_input(t, name)
+        pk._replay = (source, graph)
+        return pk
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -86,13 +143,31 @@ class PersistentKernel:
     def params(self) -> params.KernelParams:
         return self._p
 
+    @property
+    def backend(self) -> str:
+        """Where launches run: "gpu", "emulated" (the CPU emulator) or "compile-only" (nowhere)."""
+        if self._p.emulate:
+            return "emulated"
+        return "compile-only" if self._p.compile_only else "gpu"
+
+    def graph_json(self) -> dict:
+        """The compiled task graph as written to task_graph_rank{r}.json (tasks, events, schedule)."""
+        if self._graph_json is None:
+            if self._schedule is None:
+                raise StateError("graph_json(): call compile() first")
+            self._graph_json = artifacts.graph_json(
+                self._graph, self._schedule, self._variants[0], self._variants[1], self.arch, self._p)
+        return self._graph_json
+
     # -- tensors ---------------------------------------------------------------------------------
     def attach_input(self, tensor: torch.Tensor, name: str) -> DTensor:
         """Register a tensor the kernel reads or writes (inputs, weights *and* outputs)."""
         self._check_open("attach_input")
-        if isinstance(tensor, torch.Tensor) and not self._p.compile_only and tensor.device != self.device:
+        runs_on = None if self._p.compile_only else self.device  # compile-only takes any device, even "meta"
+        if isinstance(tensor, torch.Tensor) and runs_on is not None and tensor.device != runs_on:
+            where = "the CPU emulator computes on" if self._p.emulate else "the kernel runs on"
             raise DeviceError(
-                f"tensor {name!r} is on {tensor.device}, but the kernel runs on {self.device}; pass tensor.to('{self.device}')"
+                f"tensor {name!r} is on {tensor.device}, but {where} {runs_on}; pass tensor.to('{runs_on}')"
             )
         if isinstance(tensor, torch.Tensor) and tensor.device.type == "cuda" and tensor.data_ptr() % ALIGNMENT:
             raise LayoutError(
@@ -108,6 +183,21 @@ class PersistentKernel:
             raise GraphError(f"new_tensor {name!r}: dims={dims!r} must be positive integers")
         data = torch.empty(tuple(dims), dtype=dtype, device=self.device)
         return self._graph.add_tensor(data, name, "intermediate")
+
+    def shuffle_tensors(self, inputs: list[DTensor], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
+        """A new tensor interleaving ``inputs`` in ``num_groups`` groups along ``shuffled_dim``:
+        [in0_0, in1_0, ..., in0_1, in1_1, ...] (e.g. a gate / up weight for linear + silu_mul). It
+        is computed now, from the inputs' current data, and recorded so that replays recompute it."""
+        self._check_open("shuffle_tensors")
+        owned = [self._graph.own(t, f"inputs[{i}]", "shuffle_tensors()") for i, t in enumerate(inputs)]
+        data = shuffle.shuffle([t.data for t in owned], shuffled_dim, num_groups)
+        t = self._graph.add_tensor(data, name, "derived")
+        t.derived_from = {"op": "shuffle_tensors", "inputs": [x.name for x in owned], "shuffled_dim": shuffled_dim,
+                          "num_groups": num_groups}
+        return t
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {name: t.data for name, t in self._graph.tensors.items()}
 
     def tensor(self, name: str) -> torch.Tensor:
         """The torch tensor behind an attached or intermediate tensor."""
@@ -144,28 +234,32 @@ class PersistentKernel:
         self._check_open("compile")
         if self._module is not None:
             raise StateError("compile() was already called on this kernel")
-        if not self._graph.layers:
-            raise GraphError("nothing to compile: add layers (pk.<task>_layer(...)) before compile()")
-        self._check_intermediates()
         p = self._p
-        schedule = build_schedule(self._graph, p.num_workers, p.placement)
-        variants, variant_of_layer = codegen.collect_variants(self._graph)
-        source = codegen.generate(variants, self.arch)
-        self.build_result = build.build_module(source, self.arch, codegen.module_name(variants))
+        if self._replay is not None:
+            source, self._graph_json = self._replay
+            name = codegen.module_name_of(source)
+        else:
+            if not self._graph.layers:
+                raise GraphError("nothing to compile: add layers (pk.<task>_layer(...)) before compile()")
+            self._check_intermediates()
+            schedule = build_schedule(self._graph, p.num_workers, p.placement)
+            variants, variant_of_layer = codegen.collect_variants(self._graph)
+            source = codegen.generate(variants, self.arch)
+            name = codegen.module_name_of(source)
+            self._schedule, self._variants = schedule, (variants, variant_of_layer)
+        self.build_result = build.build_module(source, self.arch, name)
         module = Module(self.build_result.path)
         if output_dir is not None:
             self.artifacts = artifacts.write(
-                output_dir, p.mpi_rank, source,
-                artifacts.graph_json(self._graph, schedule, variants, variant_of_layer, self.arch, p),
-                artifacts.signature_json(self._graph, p, self.arch),
-            )
-        self._schedule = schedule
-        if not p.compile_only:
+                output_dir, p.mpi_rank, source, self.graph_json(), artifacts.signature_json(self._graph, p, self.arch),
+                {k: self.meta_tensors[k] for k in p.meta_tensors})
+        if self.backend == "gpu":
             self._check_co_residency(module)
-            self._device_graph = DeviceGraph(self._graph, schedule, variant_of_layer, self.meta_tensors, p, self.device)
+            self._device_graph = DeviceGraph(self.graph_json(), self._tensors(), self.meta_tensors, p, self.device,
+                                             self._profiler)
             self._handle = module.create(self.device.index)
             torch.cuda.synchronize(self.device)  # uploads complete before any stream launches
-        self._module = module
+        self._module = module  # compiled: only now, so a failed compile leaves nothing half-set
 
     @property
     def grid_size(self) -> int:
@@ -191,27 +285,64 @@ class PersistentKernel:
 
     def __call__(self, default_stream: torch.cuda.Stream | None = None) -> None:
         """Launch the persistent kernel on ``default_stream`` (else the current stream). Returns at
-        once; errors of earlier launches that have finished are raised here, or by synchronize()."""
+        once; errors of earlier launches that have finished are raised here, or by synchronize(),
+        which also writes the trace of a profiled launch."""
         self._check_open("__call__")
         if self._module is None:
             raise StateError("call compile() before running the kernel")
-        if self._handle is None:
+        if self.backend == "compile-only":
             raise StateError(
-                f"this kernel was built with compile_only=True for {self.arch}; it cannot run. "
-                f"Build it without compile_only on a GPU"
+                f"this kernel was built with compile_only=True for {self.arch}; it cannot run. Build it without "
+                f"compile_only on a GPU, or with emulate=True to run it on the CPU emulator"
             )
+        if self.backend == "emulated":
+            self._launches += 1
+            emulator.run(self.graph_json(), self._tensors(), self.meta_tensors,
+                         meta.batch_config(self._p, self.meta_tensors), seed=self._launches)
+            return
         self._harvest(timeout_ms=0)
         stream = default_stream if default_stream is not None else torch.cuda.current_stream(self.device)
+        if self._profiler is not None:
+            with torch.cuda.stream(stream):
+                self._profiler.zero_()
         self._module.launch(self._handle, self._device_graph.params, self.grid_size, stream.cuda_stream)
         self._launches += 1
+        self._profile_pending = self._profiler is not None
+
+    def compile_task_bodies(self):
+        """The graph's task bodies as plain kernel launches (mpk_runtime.task_bodies.TaskBodies): one
+        thread block per task slice, no scheduler, for testing and timing a body by itself."""
+        from .task_bodies import TaskBodies
+
+        if self._module is None:
+            raise StateError("compile_task_bodies(): call compile() first")
+        if self.backend != "gpu":
+            raise StateError(f"compile_task_bodies(): task bodies run on the GPU; this kernel is {self.backend}")
+        return TaskBodies(self.graph_json(), self._tensors(), self.meta_tensors,
+                          meta.batch_config(self._p, self.meta_tensors), self.arch, self.device)
+
+    def write_profile(self, trace_name: str | Path | None = None) -> dict[str, Path]:
+        """Write ``<trace_name>.perfetto-trace`` and ``<trace_name>.csv`` from the last profiled launch
+        (synchronize() does this itself after a launch with a profiler_tensor)."""
+        from . import profiler
+
+        if self._profiler is None:
+            raise StateError("write_profile(): pass params['profiler_tensor'] (uint64, on the GPU) to record a profile")
+        self._harvest(timeout_ms=-1)
+        self._profile_pending = False
+        profile = profiler.decode(self._profiler.cpu(), self._p.num_workers, self._p.num_local_schedulers)
+        self.profile_paths = profiler.export(profile, self.graph_json(), trace_name or self._p.trace_name)
+        return self.profile_paths
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for every launch; raise the first error one of them ended with (WatchdogError for a
         hang the device watchdog stopped). With ``timeout`` (seconds), a KernelError if a launch is
         still running then."""
         if self._handle is None or self._module is None:
-            return
+            return  # emulated launches run synchronously; compile-only ones never run
         self._harvest(timeout_ms=-1 if timeout is None else int(timeout * 1000))
+        if self._profile_pending:
+            self.write_profile()
 
     def _harvest(self, timeout_ms: int) -> None:
         # Poll in short slices from Python, so that Ctrl-C works while a kernel runs.
@@ -234,18 +365,24 @@ class PersistentKernel:
         # Everything before the failed launch has finished; later ones were skipped. Reset the
         # counters so the next launch starts clean, then report.
         self._module.poll(self._handle, -1)
-        exc = diagnostics.status_error(st, index, lambda s: self._watchdog_message(s, index))
+        exc = diagnostics.status_error(st, index, lambda s: self._watchdog_message(s, index), self._task_error_message)
         self._module.take_error(self._handle)  # the skipped launches' status: reported by exc already
         self._device_graph.reset()
         torch.cuda.synchronize(self.device)
         raise exc
 
+    def _task_error_message(self, st) -> str:
+        raw = self._device_graph.control.cpu()
+        control = abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * raw.element_size()))
+        return diagnostics.task_error_message(self.graph_json(), control.task_error_task, control.task_error_code,
+                                              control.task_error_value)
+
     def _watchdog_message(self, st, launch_index: int) -> tuple[str, list[dict]]:
         dg = self._device_graph
         record = diagnostics.watchdog_record(
-            self._graph, self._schedule, st.iterations, diagnostics.launch_id(launch_index),
-            dg.worker_status, dg.worker_progress)
-        return diagnostics.format_watchdog(record, st.idle_ns, self._p.watchdog_timeout, st.iterations), record
+            diagnostics.ScheduleView.from_json(self.graph_json()), st.iterations,
+            diagnostics.launch_id(launch_index), dg.worker_status, dg.worker_progress)
+        return diagnostics.format_watchdog(record, st.iterations, st.idle_ns, self._p.watchdog_timeout), record
 
     def finalize(self) -> None:
         """Free the kernel's device resources (idempotent). Raises an error a launch ended with that
@@ -269,6 +406,28 @@ class PersistentKernel:
     def _check_open(self, what: str) -> None:
         if self._finalized:
             raise StateError(f"{what}: the kernel was finalized; build a new PersistentKernel")
+
+
+def _check_profiler_tensor(p: params.KernelParams, device: torch.device) -> torch.Tensor | None:
+    t = p.profiler_tensor
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.uint64, torch.int64) or t.dim() != 1:
+        raise ConfigError(
+            f"profiler_tensor must be a 1-D uint64 tensor, got {getattr(t, 'dtype', type(t).__name__)} "
+            f"with shape {tuple(getattr(t, 'shape', ()))}; e.g. torch.zeros(3000 * 128, dtype=torch.uint64, device='cuda')"
+        )
+    if p.compile_only or p.emulate:
+        raise ConfigError("profiler_tensor records on the GPU; it cannot be used with compile_only or emulate")
+    if t.device != device or not t.is_contiguous():
+        raise ConfigError(f"profiler_tensor must be contiguous and on {device}, got {t.device}")
+    recorders = p.num_workers + p.num_local_schedulers
+    if t.numel() < 3 * recorders:
+        raise ConfigError(
+            f"profiler_tensor has {t.numel()} entries; it needs at least 3 per recorder ({recorders} workers and "
+            f"schedulers), and 2 per task event beyond that: e.g. {recorders * 2 * 64 + recorders} for 64 tasks a worker"
+        )
+    return t
 
 
 def _bind_layer_method(spec: TaskSpec) -> None:

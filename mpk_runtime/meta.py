@@ -81,6 +81,9 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(NAMES)}"
             raise MetaTensorError(f"unknown meta tensor {name!r}; {hint}")
     requests = total_num_requests(overrides)
+    if requests < 1:
+        raise MetaTensorError("the meta tensors describe 0 requests (tokens / prompt_lengths have no rows); "
+                              "give at least one request")
     meta = {}
     for name, (shape, dtype) in expected(p, requests).items():
         t = overrides.get(name)
@@ -136,15 +139,20 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
             f"the default prompt is max_num_batched_tokens={p.max_num_batched_tokens} tokens long, which does "
             f"not fit max_seq_length={p.max_seq_length}; set params['max_seq_length'] >= {v}"
         )
-    if p.test_mode:
-        first = min(int(lengths[0]), p.max_num_batched_tokens)
+    for r, length in enumerate(lengths.tolist()):
+        # Admission waits for free pages, so a first chunk that needs more pages than exist would wait forever.
+        first = min(length, p.max_num_batched_tokens)
         pages = -(-first // p.page_size)
         if pages > p.max_num_pages:
             raise ConfigError(
-                f"test mode: the first request's prefill of {first} tokens needs {pages} KV pages of page_size="
-                f"{p.page_size}, but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages} "
-                f"(max_num_pages * page_size must cover the prompt)"
+                f"request {r}: its first prefill chunk of {first} tokens needs {pages} KV pages of page_size={p.page_size}, "
+                f"but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages}"
             )
+    if p.test_mode and int(lengths[0]) > p.max_num_batched_tokens:
+        raise ConfigError(
+            f"test mode runs one pass, so request 0's prompt of {int(lengths[0])} tokens must fit in one batch of "
+            f"max_num_batched_tokens={p.max_num_batched_tokens}; raise max_num_batched_tokens or shorten the prompt"
+        )
 
 
 def batch_config(p: KernelParams, meta: dict[str, torch.Tensor]) -> BatchConfig:

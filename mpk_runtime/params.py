@@ -34,6 +34,7 @@ OPTIONAL: dict[str, Any] = {
     "test_mode": False,
     "target_cc": None,  # None: the GPU's own target
     "compile_only": False,
+    "emulate": False,  # run on the CPU emulator (nvcc still builds the module for target_cc)
     "watchdog_timeout": 5.0,  # seconds without progress before the device watchdog stops a launch
     "placement": "locality",
 }
@@ -59,6 +60,7 @@ class KernelParams:
     test_mode: bool
     target_cc: int | None
     compile_only: bool
+    emulate: bool
     watchdog_timeout: float
     placement: str
     meta_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -91,13 +93,17 @@ def parse(params: dict[str, Any]) -> KernelParams:
         raise ConfigError(f"mpi_rank={rank!r} must be in [0, world_size={p['world_size']})")
     if not isinstance(p["eos_token_id"], int) or isinstance(p["eos_token_id"], bool):
         raise ConfigError(f"eos_token_id={p['eos_token_id']!r} must be an integer (-1: no end-of-sequence token)")
-    for name in ("test_mode", "compile_only"):
+    for name in ("test_mode", "compile_only", "emulate"):
         if not isinstance(p[name], bool):
             raise ConfigError(f"{name}={p[name]!r} must be True or False")
-    if p["target_cc"] is not None and p["target_cc"] not in TARGET_CCS:
+    tc = p["target_cc"]
+    if tc is not None and (not isinstance(tc, int) or isinstance(tc, bool) or tc not in TARGET_CCS):
         raise ConfigError(f"target_cc={p['target_cc']!r} must be one of {TARGET_CCS} (or None for the GPU's own)")
-    if p["compile_only"] and p["target_cc"] is None:
-        raise ConfigError("compile_only=True needs an explicit target_cc (80, 90 or 100): there is no GPU to ask")
+    for name in ("compile_only", "emulate"):
+        if p[name] and p["target_cc"] is None:
+            raise ConfigError(f"{name}=True needs an explicit target_cc (80, 90 or 100): there is no GPU to ask")
+    if p["compile_only"] and p["emulate"]:
+        raise ConfigError("compile_only=True builds without running and emulate=True runs on the CPU; choose one")
     t = p["watchdog_timeout"]
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
         raise ConfigError(f"watchdog_timeout={t!r} must be a number of seconds in (0, 3600]")
@@ -114,6 +120,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         max_num_batched_requests=p["max_num_batched_requests"], max_num_pages=p["max_num_pages"],
         page_size=p["page_size"], max_seq_length=p["max_seq_length"], eos_token_id=p["eos_token_id"],
         trace_name=trace, test_mode=p["test_mode"], target_cc=p["target_cc"], compile_only=p["compile_only"],
+        emulate=p["emulate"],
         watchdog_timeout=float(t), placement=p["placement"], meta_tensors=dict(p["meta_tensors"]),
         profiler_tensor=p["profiler_tensor"],
     )

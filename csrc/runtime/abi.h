@@ -85,6 +85,14 @@ enum {
   MPK_BATCH_NUM_COUNTERS
 };
 
+// Profiler record kinds (see csrc/runtime/profiler.cuh for the buffer layout).
+enum {
+  MPK_PROF_TASK_BEGIN = 1,     // a worker starts a task (its dependencies are met)
+  MPK_PROF_TASK_END = 2,       // ... and has finished it (after the CTA barrier)
+  MPK_PROF_PREPARE_BEGIN = 3,  // the controller enters prepare_next_batch (END_OF_TASK_GRAPH)
+  MPK_PROF_PREPARE_END = 4,
+};
+
 // Device-side control words. Counters stay monotonic across launches (a launch's targets are
 // offset by iterations_total), so a launch needs no reset; only a launch stopped half-way (watchdog)
 // makes the host zero them, with every event counter, before the next one.
@@ -94,9 +102,17 @@ typedef struct MpkControl {
   unsigned long long end_count;         // queues drained, one per worker and iteration
   unsigned long long iterations_total;  // iterations completed by earlier launches
   uint32_t abort;                       // launch id stopped by the watchdog or a device error
-  uint32_t reserved;
+  uint32_t task_error_launch;           // launch id in which a task reported an error (first wins)
+  uint32_t task_error_task;             // ... which task, with which code and value
+  int32_t task_error_code;
+  long long task_error_value;
   unsigned long long scheduler_progress[MPK_MAX_SCHEDULERS];
 } MpkControl;
+
+// Task error codes (Runtime::fail); the host turns them into a KernelError naming the task.
+enum {
+  MPK_TASK_ERROR_INDEX = 1,  // an index read from data (e.g. a token id) is out of range; value: the index
+};
 #define MPK_GO_STOP 0x80000000ull
 #define MPK_GO_ITERATIONS 0x7fffffffull
 
@@ -112,6 +128,7 @@ enum {
   MPK_STATUS_WATCHDOG = 2,
   MPK_STATUS_PAGES_EXHAUSTED = 3,
   MPK_STATUS_SKIPPED = 4,  // not run: an earlier launch stopped half-way and was not reset yet
+  MPK_STATUS_TASK_ERROR = 5,  // a task reported an error (MpkControl::task_error_*); detail[0]: task
 };
 
 // Result of a launch, in mapped host memory: the host can read it even while the kernel runs.

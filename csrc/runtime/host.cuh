@@ -105,7 +105,8 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_STRUCT(MpkBatchState);
   MPK_FIELD(MpkBatchState, page_queue); MPK_FIELD(MpkBatchState, counters);
   MPK_STRUCT(MpkControl);
-  MPK_FIELD(MpkControl, go); MPK_FIELD(MpkControl, abort); MPK_FIELD(MpkControl, scheduler_progress);
+  MPK_FIELD(MpkControl, go); MPK_FIELD(MpkControl, abort); MPK_FIELD(MpkControl, task_error_value);
+  MPK_FIELD(MpkControl, scheduler_progress);
   MPK_STRUCT(MpkWorkerStatus);
   MPK_FIELD(MpkWorkerStatus, task); MPK_FIELD(MpkWorkerStatus, launch_id);
   MPK_STRUCT(MpkStatus);

@@ -126,6 +126,15 @@ struct Planner {
       ++slot;
       budget -= n;
     }
+    if (slot == 0 && next < cfg.total_num_requests) {
+      // A request waits for pages and nothing runs that could free them (the host checks the
+      // sizes up front; this is the safety net): an error, never a silent stop.
+      status->detail[0] = next;
+      status->detail[1] = pages_for(min(m.prompt_lengths[next], cfg.max_num_batched_tokens));
+      status->detail[2] = 0;
+      status->code = MPK_STATUS_PAGES_EXHAUSTED;
+      return -1;
+    }
     batch_size = slot;
     *m.num_new_tokens = m.qo_indptr[slot];
     return slot > 0 ? 1 : 0;

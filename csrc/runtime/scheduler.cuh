@@ -11,6 +11,7 @@
 // the task it waits in (worker_status), which the host turns into the exception's record.
 #pragma once
 #include "runtime/prepare_next_batch.cuh"
+#include "runtime/profiler.cuh"
 #include "runtime/sync.cuh"
 
 namespace mpk {
@@ -70,7 +71,12 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
 
   for (uint32_t iter = 0;; ++iter) {
     int ready = 0;
-    if (lane == 0) ready = planner.prepare_next_batch(iter);
+    if (lane == 0) {
+      uint32_t const region = p.num_workers;  // scheduler 0's profiler region
+      if (p.profiler_buffer) profiler::record(p, region, MPK_PROF_PREPARE_BEGIN, iter, iter);
+      ready = planner.prepare_next_batch(iter);
+      if (p.profiler_buffer) profiler::record(p, region, MPK_PROF_PREPARE_END, iter, iter);
+    }
     ready = __shfl_sync(0xffffffffu, ready, 0);
     if (ready <= 0) {
       if (lane == 0) {
@@ -121,7 +127,19 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
       }
       if (__shfl_sync(0xffffffffu, fire, 0)) return;
     }
-    if (lane == 0) status->iterations = iter + 1;
+    int failed = 0;
+    if (lane == 0) {
+      status->iterations = iter + 1;
+      if (ld_relaxed(&p.control->task_error_launch) == p.launch_id) {  // a task reported an error
+        failed = 1;
+        status->detail[0] = static_cast<int32_t>(p.control->task_error_task);
+        status->code = MPK_STATUS_TASK_ERROR;
+        st_relaxed(&p.control->abort, p.launch_id);
+        __threadfence_system();
+        release_go(p, MPK_GO_STOP | (iter + 1));
+      }
+    }
+    if (__shfl_sync(0xffffffffu, failed, 0)) return;
   }
 }
 

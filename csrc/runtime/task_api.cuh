@@ -18,6 +18,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <initializer_list>
+
 #include "runtime/abi.h"
 #include "runtime/config.cuh"
 
@@ -41,11 +43,40 @@ static_assert(sizeof(MpkTaskDesc) == 128, "a task descriptor is 128 bytes (8 x 1
 struct Runtime {
   MpkMeta const &meta;
   MpkBatchConfig const &batch;
+  MpkControl *control;
+  uint32_t launch_id;
   uint32_t iteration;  // within this launch
+
+  // Report that this task cannot compute its outputs (e.g. MPK_TASK_ERROR_INDEX and the bad index).
+  // The first report of a launch wins; at the end of the iteration the controller stops the launch
+  // and the host raises a KernelError that names the task. Any thread may call it.
+  __device__ __forceinline__ void fail(TaskDesc const &task, int32_t code, long long value) const {
+    if (atomicCAS(&control->task_error_launch, 0u, launch_id) == 0u) {
+      control->task_error_task = task.task_id;
+      control->task_error_code = code;
+      control->task_error_value = value;
+      __threadfence();
+    }
+  }
 
   // Tokens of the current iteration (written by prepare_next_batch before the iteration starts).
   __device__ __forceinline__ int32_t num_active_tokens() const { return *meta.num_new_tokens; }
+
+  // Rows of a token dimension with `rows` rows that this iteration uses: a dimension of
+  // max_num_batched_tokens rows holds the batch, of which only num_active_tokens() rows are live;
+  // any other size is not a token batch and is used whole. (mpk_runtime/emulator.py applies the
+  // same rule to the TaskSpec.token_dims of every task.)
+  __device__ __forceinline__ int32_t active_rows(int32_t rows) const {
+    return rows == batch.max_num_batched_tokens ? min(rows, num_active_tokens()) : rows;
+  }
 };
+
+// The largest of some sizes, at compile time (the generated kDynamicSmemBytes uses it).
+constexpr unsigned max_of(std::initializer_list<unsigned> sizes) {
+  unsigned m = 0;
+  for (unsigned s : sizes) m = s > m ? s : m;
+  return m;
+}
 
 // Dynamic shared memory of the worker CTA, sized by the build for the hungriest variant.
 extern __shared__ __align__(128) unsigned char dynamic_smem[];

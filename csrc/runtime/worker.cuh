@@ -6,6 +6,7 @@
 // target (events with one producer) or a relaxed increment (several producers). That is one
 // acquire spin per dependency and no round trip through a scheduler on the critical path.
 #pragma once
+#include "runtime/profiler.cuh"
 #include "runtime/sync.cuh"
 #include "runtime/task_api.cuh"
 
@@ -98,7 +99,7 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
     if (threadIdx.x == 0) go_on = detail::wait_go(p, iter);
     __syncthreads();
     if (!go_on) return;
-    Runtime const rt{p.meta, p.batch, iter};
+    Runtime const rt{p.meta, p.batch, p.control, p.launch_id, iter};
     uint32_t buf = 0;
     for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
       detail::cp_async_wait_all();
@@ -110,9 +111,11 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
         __syncthreads();
         if (!go_on) return;
       }
+      if (p.profiler_buffer && threadIdx.x == 0) profiler::record(p, worker, MPK_PROF_TASK_BEGIN, d.task_id, iter);
       execute_task(d, rt);
       __syncthreads();
       if (threadIdx.x == 0) {
+        if (p.profiler_buffer) profiler::record(p, worker, MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
         detail::trigger(p, d, base + iter);
         st_relaxed(&p.worker_progress[worker], ++finished);
       }

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from .. import references
 from ..errors import ArityError, ConfigError, GraphError
 
+TASK_ERROR_INDEX = 1  # Runtime::fail codes, from csrc/runtime/abi.h
 MAX_INPUTS = 7
 MAX_OUTPUTS = 3
 MAX_SCALARS = 2
@@ -88,6 +89,14 @@ class SliceInfo:
         return self.numel * self.dtype.itemsize
 
 
+class TaskFailure(Exception):
+    """Raised by a slice reference (emulate) where the device body would call Runtime::fail."""
+
+    def __init__(self, code: int, value: int):
+        super().__init__(f"task error {code} ({value})")
+        self.code, self.value = code, value
+
+
 class TaskSpec:
     """Base class of a task declaration. Subclasses set the class attributes and may override the
     hooks; ``@register_task`` validates the declaration once, at import."""
@@ -95,13 +104,20 @@ class TaskSpec:
     name: ClassVar[str]
     inputs: ClassVar[dict[str, Partition]] = {}
     outputs: ClassVar[dict[str, Partition]] = {}
-    # Runtime scalars carried in the task descriptor (at most two), with their defaults.
+    # Runtime scalars of the layer call carried in the task descriptor, with their defaults; with
+    # extra_scalars, at most two (TaskDesc::scalar_f / scalar_i read them).
     scalars: ClassVar[dict[str, float]] = {}
     # Compile-time options that become template arguments, with their defaults.
     options: ClassVar[dict[str, Any]] = {}
+    # Token dimensions: arg name -> dim. Where that dim has max_num_batched_tokens rows, only the
+    # iteration's active rows are computed (the body uses Runtime::active_rows; the emulator too).
+    token_dims: ClassVar[dict[str, int]] = {}
     # arch -> header under csrc/tasks; its keys are the archs the task supports.
     headers: ClassVar[dict[str, str]] = {}
     function: ClassVar[str]  # C++ template called by the dispatcher
+    # constexpr C++ function, same template arguments as `function`, giving the dynamic shared
+    # memory a variant needs (None: none); the build sizes the kernel's for the hungriest variant.
+    smem_function: ClassVar[str | None] = None
     reference: ClassVar[str | None] = None  # function in reference/<name>/pytorch_reference.py
     doc: ClassVar[str] = ""
 
@@ -122,17 +138,21 @@ class TaskSpec:
         """The C++ template arguments of the variant a layer uses (its slices all share a shape)."""
         raise NotImplementedError
 
-    def smem_bytes(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> int:
-        """Dynamic shared memory the body needs beyond the runtime's reduction scratch."""
-        return 0
-
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         """Estimated run time of one task, used to balance worker queues. Default: memory bound
         at about 20 bytes/ns per SM plus a fixed cost."""
         return 300.0 + sum(i.nbytes for i in s.values()) / 20.0
 
-    def scalar_values(self, values: dict[str, Any]) -> list[float]:
+    def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
+        """The descriptor's scalars (floats or ints): the layer's ``scalars``, then any the task
+        derives from shapes (e.g. a total row count that should not force a rebuild per size)."""
         return [float(values[k]) for k in self.scalars]
+
+    def error_message(self, code: int, value: int, layer: dict, tensors: dict[str, dict]) -> str:
+        """Explain a Runtime::fail report of this task (``layer``, ``tensors``: task graph JSON)."""
+        if code == TASK_ERROR_INDEX:
+            return f"index {value} read from its input is out of range"
+        return f"error code {code} (value {value})"
 
     def emulate(self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any]) -> None:
         """The slice reference: compute this task's output slices (CPU tensors, written in place)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..dtypes import FLOATING
@@ -15,6 +16,7 @@ class RMSNorm(TaskSpec):
     inputs = {"input": split(x=0), "weight": whole()}
     outputs = {"output": split(x=0)}
     scalars = {"eps": 1e-6}
+    token_dims = {"input": 0, "output": 0}
     headers = {"sm80": "common/rmsnorm.cuh", "sm90": "common/rmsnorm.cuh", "sm100": "common/rmsnorm.cuh"}
     function = "mpk::tasks::rmsnorm"
     reference = "rmsnorm"
@@ -36,9 +38,12 @@ class RMSNorm(TaskSpec):
             if t.dtype is not x.dtype:
                 raise DTypeError(f"rmsnorm: {name} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
         eps = values["eps"]
-        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < math.inf:
             raise ConfigError(f"rmsnorm: eps={eps!r} must be a positive number, e.g. 1e-6")
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         rows, hidden = s["input"].shape
         return [s["input"].dtype.cpp, rows, hidden]
+
+    def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
+        return [float(values["eps"]), s["input"].full_shape[0]]  # the batch's rows: for active_rows

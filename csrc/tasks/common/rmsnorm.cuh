@@ -1,5 +1,6 @@
 // RMSNorm over rows: y = x * rsqrt(mean(x^2) + eps) * w, accumulated in fp32, one task per slice
-// of ROWS consecutive rows. Written against kWorkerThreads, so the same body serves the sm80 path
+// of ROWS consecutive rows (scalar 1: the tensor's rows; those past the iteration's active tokens
+// are skipped). Written against kWorkerThreads, so the same body serves the sm80 path
 // (128 threads) and the sm90 / sm100 paths (256 threads). Memory bound: 16-byte accesses, and the
 // row stays in registers between the reduction and the scaling when it fits (8 vectors a thread).
 #pragma once
@@ -11,7 +12,7 @@ namespace mpk {
 namespace tasks {
 
 template <typename T, int ROWS, int HIDDEN>
-__device__ __forceinline__ void rmsnorm(TaskDesc const &task, Runtime const &) {
+__device__ __forceinline__ void rmsnorm(TaskDesc const &task, Runtime const &rt) {
   static_assert(ROWS >= 1 && HIDDEN >= 1, "rmsnorm needs at least one row of at least one element");
   constexpr int V = kVec16<T>;
   constexpr bool kVector = HIDDEN % V == 0;  // rows then start 16-byte aligned, too
@@ -23,8 +24,9 @@ __device__ __forceinline__ void rmsnorm(TaskDesc const &task, Runtime const &) {
   T const *w = task.input<T const>(1);
   T *y = task.output<T>(0);
   float const eps = task.scalar_f(0);
+  int const live = min(ROWS, rt.active_rows(task.scalar_i(1)) - task.grid_idx[0] * ROWS);
 
-  for (int r = 0; r < ROWS; ++r) {
+  for (int r = 0; r < live; ++r) {
     T const *xr = x + static_cast<size_t>(r) * HIDDEN;
     T *yr = y + static_cast<size_t>(r) * HIDDEN;
     float ss = 0.f;

@@ -1,0 +1,168 @@
+// Linear: y[b, n] = sum_k x[b, k] * W[n, k] (+ r[b, n]) for this task's N_SLICE rows of W and the
+// active rows of x. Memory bound at decode batch sizes, so the body is built around streaming W once:
+//
+// - W is the mma B operand (m16n8k16, bf16 / fp16, fp32 accumulate): lane (g, t) of a warp loads 16
+//   bytes, 8 consecutive k of W row g, straight into registers (coalesced, L1 bypassed). The sum over
+//   k does not care about order, so those 8 values feed two mma k-steps as they are; x's fragments are
+//   loaded with the same k permutation (see kmap below).
+// - Warps split K; each keeps RC row groups x U k-blocks of loads in flight; partial sums meet in
+//   shared memory once per chunk of RC*8 rows, where the residual is added and y is written.
+// - Shapes the fast path does not cover (fp32, K not a multiple of 32 per warp, ...) take a plain
+//   CUDA-core path: correct everywhere, fast nowhere.
+#pragma once
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "runtime/task_api.cuh"
+#include "tasks/common/block_reduce.cuh"
+#include "tasks/common/vec.cuh"
+
+namespace mpk {
+namespace tasks {
+namespace linear_detail {
+
+template <typename T>
+constexpr bool kTensorCoreType = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+__device__ __forceinline__ uint4 ld_stream(void const *p) {  // W: read once, keep it out of L1
+  uint4 v;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__host__ __device__ constexpr int largest_divisor_up_to(int n, int limit) {
+  for (int d = limit; d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+}  // namespace linear_detail
+
+// Dynamic shared memory of a variant (same template arguments as linear): one fp32 partial per
+// warp, batch row and chunk row.
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
+constexpr unsigned linear_smem_bytes() {
+  return kWorkerWarps * BATCH * linear_detail::largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
+}
+
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
+__device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) {
+  static_assert(BATCH >= 1 && K >= 1 && N_SLICE >= 1, "linear needs a non-empty problem");
+  T const *x = task.input<T const>(0);
+  T const *w = task.input<T const>(1);
+  T const *r = RESIDUAL ? task.input<T const>(2) : nullptr;
+  T *y = task.output<T>(0);
+  int const rows = rt.active_rows(BATCH);
+
+  constexpr bool kFast = linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 &&
+                         N_SLICE % 8 == 0;
+  if constexpr (kFast) {
+    constexpr int MT = (BATCH + 15) / 16;  // 16-row batch tiles
+    constexpr int GROUPS = N_SLICE / 8;
+    constexpr int RC = linear_detail::largest_divisor_up_to(GROUPS, 4);  // row groups per chunk
+    constexpr int KW = K / kWorkerWarps;                                // k range of one warp
+    constexpr int NKB = KW / 32;                                        // 32-wide k blocks per warp
+    constexpr int U_MAX = MT == 1 ? 4 : (MT == 2 ? 2 : 1);               // registers bound the loads in flight
+    constexpr int U = linear_detail::largest_divisor_up_to(NKB, U_MAX);  // k blocks in flight
+    int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    int const g = lane / 4, t = lane % 4;
+    float *partial = reinterpret_cast<float *>(dynamic_smem);  // [warp][batch][RC * 8]
+    int const k_begin = warp * KW;
+
+    for (int chunk = 0; chunk < GROUPS / RC; ++chunk) {
+      float acc[RC][MT][4] = {};
+      T const *wrow = w + static_cast<size_t>(chunk * RC * 8 + g) * K + k_begin + 8 * t;
+#pragma unroll 1
+      for (int kb = 0; kb < NKB; kb += U) {
+        uint4 wv[U][RC];
+        uint4 xlo[U][MT], xhi[U][MT];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          int const k = k_begin + (kb + u) * 32 + 8 * t;
+#pragma unroll
+          for (int rc = 0; rc < RC; ++rc) wv[u][rc] = linear_detail::ld_stream(wrow + rc * 8 * K + (kb + u) * 32);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            int const b_lo = m * 16 + g, b_hi = b_lo + 8;
+            xlo[u][m] = b_lo < rows ? *reinterpret_cast<uint4 const *>(x + static_cast<size_t>(b_lo) * K + k) : uint4{};
+            xhi[u][m] = b_hi < rows ? *reinterpret_cast<uint4 const *>(x + static_cast<size_t>(b_hi) * K + k) : uint4{};
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int rc = 0; rc < RC; ++rc)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              // k permutation: mma k 2t+j <- k 8t+j, mma k 2t+8+j <- k 8t+2+j (first step), +4 (second)
+              linear_detail::mma<T>(acc[rc][m], xlo[u][m].x, xhi[u][m].x, xlo[u][m].y, xhi[u][m].y, wv[u][rc].x,
+                                    wv[u][rc].y);
+              linear_detail::mma<T>(acc[rc][m], xlo[u][m].z, xhi[u][m].z, xlo[u][m].w, xhi[u][m].w, wv[u][rc].z,
+                                    wv[u][rc].w);
+            }
+      }
+      // acc[rc][m]: c0, c1 = (batch m*16+g, rows rc*8+2t, +1); c2, c3 = (batch m*16+g+8, same rows)
+#pragma unroll
+      for (int rc = 0; rc < RC; ++rc)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            int const b = m * 16 + g + 8 * h;
+            if (b < BATCH) {
+              float *p = partial + (warp * BATCH + b) * (RC * 8) + rc * 8 + 2 * t;
+              p[0] = acc[rc][m][2 * h];
+              p[1] = acc[rc][m][2 * h + 1];
+            }
+          }
+      __syncthreads();
+      for (int i = threadIdx.x; i < rows * RC * 8; i += kWorkerThreads) {
+        int const b = i / (RC * 8), n = i % (RC * 8);
+        float s = 0.f;
+#pragma unroll
+        for (int wp = 0; wp < kWorkerWarps; ++wp) s += partial[(wp * BATCH + b) * (RC * 8) + n];
+        int const col = chunk * RC * 8 + n;
+        if constexpr (RESIDUAL) s += to_float(r[static_cast<size_t>(b) * OUT_STRIDE + col]);
+        y[static_cast<size_t>(b) * OUT_STRIDE + col] = from_float<T>(s);
+      }
+      __syncthreads();  // partial is free for the next chunk
+    }
+  } else {
+    // Plain path: a warp per output row at a time, lanes across k.
+    int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    for (int n = warp; n < N_SLICE; n += kWorkerWarps) {
+      T const *wr = w + static_cast<size_t>(n) * K;
+      for (int b = 0; b < rows; ++b) {
+        T const *xr = x + static_cast<size_t>(b) * K;
+        float s = 0.f;
+        for (int k = lane; k < K; k += kWarpSize) s += to_float(xr[k]) * to_float(wr[k]);
+        s = warp_reduce(s, SumOp());
+        if (lane == 0) {
+          if constexpr (RESIDUAL) s += to_float(r[static_cast<size_t>(b) * OUT_STRIDE + n]);
+          y[static_cast<size_t>(b) * OUT_STRIDE + n] = from_float<T>(s);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tasks
+}  // namespace mpk

@@ -1,0 +1,38 @@
+"""What both CLI tools share: an argument parser whose errors are JSON, and the JSON printer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from ..errors import MpkError
+
+EXIT_ERROR = 2
+
+
+class CliError(MpkError, ValueError):
+    """A command-line request that cannot be answered (bad arguments, unknown names, bad files)."""
+
+
+class JsonArgumentParser(argparse.ArgumentParser):
+    """argparse prints usage text and exits on an error; here the error becomes a CliError, so it
+    is reported as JSON like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see {self.prog} --help)")
+
+
+def emit(data: Any) -> None:
+    print(json.dumps(data))
+
+
+def run(body: Callable[[], Any]) -> int:
+    """Run one command: print its JSON result and return 0, or print {"error": ...} and return 2."""
+    try:
+        emit(body())
+    except (MpkError, OSError) as e:
+        emit({"error": str(e)})
+        return EXIT_ERROR
+    return 0

@@ -1,0 +1,56 @@
+"""``mpk-profile``: questions about a profile CSV (written by a profiled ``pk()``), answered in JSON.
+
+    mpk-profile TRACE.csv --list                      task types, with run counts and total time
+    mpk-profile TRACE.csv TASK --stat STAT            min | max | avg | median | p90 | all | wall
+    mpk-profile TRACE.csv [TASK] --per-layer          time per layer (work and span), in start order
+    mpk-profile TRACE.csv [TASK] --png FILE           swimlane picture: worker x time, coloured by task type
+
+TASK is a task type name (``rmsnorm``) or its numeric task_type_id; without it, every row counts.
+p90 is the nearest-rank percentile (a measured duration); wall is first begin to last end.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import profile_stats as ps
+from .common import CliError, JsonArgumentParser, run
+
+
+def parser() -> JsonArgumentParser:
+    p = JsonArgumentParser(prog="mpk-profile", description="Query a pytest-mpk profile CSV; prints JSON")
+    p.add_argument("csv", metavar="TRACE.csv", help="Profile CSV written next to the Perfetto trace")
+    p.add_argument("task", metavar="TASK", nargs="?", help="Task type name or numeric task_type_id")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--list", action="store_true", help="List the task types with run counts and total time")
+    what.add_argument("--stat", choices=ps.STATS, metavar="STAT", help=f"Statistic of task durations: {', '.join(ps.STATS)}")
+    what.add_argument("--per-layer", action="store_true", help="Time per layer, in the order the layers started")
+    what.add_argument("--png", metavar="FILE", help="Draw a swimlane picture (worker x time) into FILE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(lambda: answer(parser().parse_args(argv)))
+
+
+def answer(args: argparse.Namespace) -> dict:
+    rows = ps.read_csv(args.csv)
+    if args.list:
+        if args.task is not None:
+            raise CliError(f"--list lists every task type; drop TASK ({args.task!r}) or use --stat")
+        return {"task_types": ps.task_types(rows), "rows": len(rows)}
+    picked = ps.select(rows, args.task) if args.task is not None else rows
+    if args.stat:
+        kind = {"task_type": picked[0].task_type_name, "task_type_id": picked[0].task_type_id} if args.task else \
+            {"task_type": None}
+        return {**kind, **ps.stats(picked, args.stat)}
+    if args.per_layer:
+        return {"layers": ps.per_layer(picked)}
+    from .swimlane import draw
+
+    draw(picked, args.png, title=args.csv if args.task is None else f"{args.csv}: {args.task}")
+    return {"png": args.png, "rows": len(picked), "workers": len({r.worker for r in picked})}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

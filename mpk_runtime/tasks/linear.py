@@ -1,0 +1,57 @@
+"""Linear: output = input @ weight.T; the grid splits the weight's rows (the output's columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import FLOATING
+from ..errors import DTypeError, ShapeError
+from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split, whole
+
+
+def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
+    x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
+    if x.num_dims != 2 or w.num_dims != 2:
+        raise ShapeError(f"{name}: input must be (batch, in_features) and weight (out_features, in_features); "
+                         f"got input {x.shape}, weight {w.shape}")
+    if w.shape[1] != x.shape[1]:
+        raise ShapeError(f"{name}: weight {w.shape} must have in_features={x.shape[1]} columns to match input {x.shape}")
+    want = (x.shape[0], w.shape[0])
+    if y.shape != want:
+        raise ShapeError(f"{name}: output must be (batch, out_features) = {want}, got {y.shape}")
+    named = [("input", x), ("weight", w), ("output", y)]
+    if residual:
+        r = args["residual"].tensor
+        if r.shape != want:
+            raise ShapeError(f"{name}: residual must have the output's shape {want}, got {r.shape}")
+        named.append(("residual", r))
+    for arg, t in named:
+        if t.dtype.torch not in FLOATING:
+            raise DTypeError(f"{name}: {arg} ({t!r}) must be bfloat16, float16 or float32")
+        if t.dtype is not x.dtype:
+            raise DTypeError(f"{name}: {arg} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
+
+
+@register_task
+class Linear(TaskSpec):
+    name = "linear"
+    inputs = {"input": whole(), "weight": split(x=0)}
+    outputs = {"output": split(x=1)}
+    token_dims = {"input": 0, "output": 0}
+    headers = {arch: "common/linear.cuh" for arch in ARCHS}
+    function = "mpk::tasks::linear"
+    smem_function = "mpk::tasks::linear_smem_bytes"
+    reference = "linear"
+    doc = """output = input @ weight.T, accumulated in fp32. input is (batch, in_features), weight
+    (out_features, in_features), output (batch, out_features); grid x splits out_features, so each
+    task streams its rows of the weight once (tensor cores for bf16 / fp16)."""
+
+    def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
+        check_linear("linear", args, residual=False)
+
+    def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
+        batch, k = s["input"].shape
+        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1], "false"]
+
+    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
+        return 500.0 + s["weight"].nbytes / 22.0  # the weight slice streamed at a fair share of HBM

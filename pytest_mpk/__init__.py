@@ -1,0 +1,7 @@
+"""pytest-mpk: scene tests for megakernel layers. See README.md."""
+
+from __future__ import annotations
+
+from .scene import Case, InOut, Out, SceneTestCase, scene_test
+
+__all__ = ["Case", "InOut", "Out", "SceneTestCase", "scene_test"]

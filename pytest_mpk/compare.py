@@ -1,0 +1,88 @@
+"""Comparing a kernel's outputs with their golden: dtype-aware tolerances, and a failure report that
+says how many elements are off, where the NaN / inf are, and which elements are worst."""
+
+from __future__ import annotations
+
+import torch
+
+# (rtol, atol) per dtype: what a correct kernel lands within against an fp32 reference; integers
+# are exact. Cases override per case or per output (Case(rtol=..., atol=..., tolerances={...})).
+DEFAULT_TOLERANCES = {
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float16: (2e-3, 2e-3),
+    torch.float32: (1e-5, 1e-6),
+    torch.float64: (1e-7, 1e-9),
+}
+WORST = 8
+
+
+class MismatchError(AssertionError):
+    """An output differs from its golden; the message is the full report."""
+
+
+def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
+    if not dtype.is_floating_point:
+        return (0.0 if rtol is None else rtol, 0.0 if atol is None else atol)
+    d_rtol, d_atol = DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-6))
+    return (d_rtol if rtol is None else rtol, d_atol if atol is None else atol)
+
+
+def poison_value(dtype: torch.dtype) -> float | int | bool:
+    """What ``poison`` fills with: NaN, True, or the integer furthest from 0 (the minimum; for an
+    unsigned type the maximum, as its minimum, 0, is what kernels write all the time)."""
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    info = torch.iinfo(dtype)
+    return info.max if info.min == 0 else info.min
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """Fill an output with a value a kernel would not produce, so unwritten elements show."""
+    return t.fill_(poison_value(t.dtype))
+
+
+def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
+          atol: float | None = None) -> None:
+    """Raise MismatchError with a report unless ``actual`` matches ``expected`` within tolerance
+    (``torch.testing.assert_close`` semantics; NaN never matches)."""
+    if not isinstance(expected, torch.Tensor):
+        raise MismatchError(f"output {name!r}: the golden is a {type(expected).__name__}, not a tensor")
+    actual, expected = actual.detach().cpu(), expected.detach().cpu()
+    if actual.shape != expected.shape:
+        raise MismatchError(f"output {name!r}: shape {tuple(actual.shape)}, but the golden has {tuple(expected.shape)}")
+    rtol, atol = tolerance(actual.dtype, rtol, atol)
+    try:
+        torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol, equal_nan=False)
+    except AssertionError:
+        raise MismatchError(report(name, actual, expected, rtol, atol)) from None
+
+
+def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
+    a, e = actual.double(), expected.double()
+    allowed = atol + rtol * e.abs()
+    diff = (a - e).abs()
+    bad = ~(diff <= allowed)  # NaN differences count as bad
+    n, total = int(bad.sum()), a.numel()
+    lines = [f"output {name!r} ({str(actual.dtype).replace('torch.', '')}, shape {tuple(actual.shape)}) differs "
+             f"from the golden (rtol={rtol:g}, atol={atol:g}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"]
+    for label, mask in (("NaN", torch.isnan(a)), ("inf", torch.isinf(a))):
+        count = int(mask.sum())
+        if count:
+            where = ", ".join(str(tuple(i.tolist())) for i in mask.nonzero()[:5])
+            hint = " (outputs are poisoned with NaN before the run: likely never written)" if label == "NaN" else ""
+            lines.append(f"  {label} in the output: {count}, first at {where}{hint}")
+    if not actual.dtype.is_floating_point and actual.dtype != torch.bool:
+        value = poison_value(actual.dtype)
+        unwritten = int((actual == value).sum())
+        if unwritten:
+            lines.append(f"  {unwritten} elements still hold the poison value {value}: never written")
+    score = torch.where(bad, torch.nan_to_num(diff - allowed, nan=float("inf")), torch.full_like(diff, -1.0))
+    worst = torch.topk(score.flatten(), min(WORST, n)).indices if n else torch.tensor([], dtype=torch.long)
+    if n:
+        lines.append("  worst elements (index: actual vs expected, |diff|):")
+    for flat in worst.tolist():
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), actual.shape))
+        lines.append(f"    {idx}: {a[idx].item():.6g} vs {e[idx].item():.6g}, {diff[idx].item():.3g}")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""GPUs for the test session: discovery without initialising CUDA, pinning an xdist worker to its
+GPU before CUDA starts, the local arch, and which backend runs a case of a given arch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+ARCHS = ("sm80", "sm90", "sm100")
+BACKENDS = ("auto", "gpu", "emulate", "compile-only")
+# What the report says ran a case.
+GPU, EMULATED, COMPILED = "gpu", "emulated+compiled", "compiled"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES entries. Reads the variable when it is
+    set, else asks nvidia-smi: neither starts CUDA, so xdist's controller can count GPUs safely."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        entries = [d.strip() for d in env.split(",") if d.strip()]
+        # As CUDA reads it: "-1" hides itself and every entry after it ("0,-1,1": only 0).
+        return entries[:entries.index("-1")] if "-1" in entries else entries
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []
+
+
+def pin_worker(worker_id: str) -> str | None:
+    """Give xdist worker ``gwN`` the GPU N mod #GPUs (of the ones visible to the session), by
+    setting CUDA_VISIBLE_DEVICES before CUDA is initialised. Several workers may share a GPU."""
+    gpus = visible_gpus()
+    if not gpus or not worker_id.startswith("gw"):
+        return None
+    gpu = gpus[int(worker_id[2:]) % len(gpus)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    return gpu
+
+
+def local_arch() -> str | None:
+    """The arch whose code runs natively on this process's GPU, or None without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from mpk_runtime.gpu import arch_name, native_target_cc
+
+    return arch_name(native_target_cc(torch.cuda.current_device()))
+
+
+def resolve_archs(requested: list[str]) -> list[str]:
+    """``--arch`` values in order, ``auto`` meaning the local GPU's arch (sm90 without a GPU)."""
+    out: list[str] = []
+    for a in requested or ["auto"]:
+        arch = (local_arch() or "sm90") if a == "auto" else a
+        if arch not in out:
+            out.append(arch)
+    return out
+
+
+def backend_for(arch: str, requested: str, local: str | None) -> str:
+    """Which backend runs a case of ``arch``: the GPU when it can (sm80 code runs on every GPU we
+    support, through the PTX JIT), else nvcc plus the CPU emulator, or nvcc alone."""
+    runs_here = local is not None and (arch == "sm80" or arch == local)
+    if requested == "compile-only":
+        return COMPILED
+    if requested == "emulate":
+        return EMULATED
+    if requested == "gpu" and not runs_here:
+        where = f"this GPU is {local}" if local else "no GPU is visible"
+        raise RuntimeError(f"--mpk-backend gpu cannot run {arch} here ({where}); use --mpk-backend auto or emulate")
+    return GPU if runs_here else EMULATED
+
+
+def context_lost() -> bool:
+    """True when this process's CUDA context is unusable (a kernel faulted): nothing on the GPU can
+    run in this process any more."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except RuntimeError:
+        return True
+    return False

@@ -1,0 +1,133 @@
+"""The pytest plugin ``mpk`` (``pytest -p mpk``; loaded automatically once installed).
+
+Hooks and options only: the machinery lives in MpkSession (session.py), the nodes in items.py, a
+case's run in runner.py. Neither torch nor mpk_runtime is imported at module level, so that
+loading the plugin is cheap and xdist workers can be pinned to a GPU before CUDA starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from . import devices
+from .items import SceneClass
+from .scene import scene_info
+from .session import BACKEND_PROPERTY, SESSION_KEY, MpkSession
+
+
+def session_of(config: pytest.Config) -> MpkSession:
+    return config.stash[SESSION_KEY]
+
+
+# Option parsers raise ArgumentTypeError: argparse shows its message, but replaces a ValueError's
+# with "invalid _case_selector value".
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:  # "not >": NaN is refused too
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _case_selector(text: str) -> str:
+    cls, sep, name = text.partition("::")
+    if not sep or not cls.isidentifier() or not name or "[" in name:
+        raise argparse.ArgumentTypeError(f"expected CLASS::CASE (e.g. TestRMSNorm::b16), got {text!r}")
+    return text
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mpk", "megakernel scene tests (pytest-mpk)")
+    group.addoption("--arch", dest="mpk_arch", metavar="ARCH", action="append", choices=("sm80", "sm90", "sm100", "auto"),
+                    help="Target arch of the cases (repeatable; auto: the local GPU's, sm90 without one)")
+    group.addoption("--mpk-backend", dest="mpk_backend", metavar="BACKEND", choices=devices.BACKENDS,
+                    help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, "
+                         "emulate (nvcc build plus the CPU emulator) or compile-only")
+    group.addoption("--mpk-case", dest="mpk_case", metavar="CLASS::CASE", action="append", type=_case_selector,
+                    help="Run only this scene case (repeatable; also runs manual cases)")
+    group.addoption("--mpk-artifacts-dir", dest="mpk_artifacts_dir", metavar="DIR",
+                    help="Where each case keeps its sources, graph, inputs and outputs (default .mpk-artifacts)")
+    group.addoption("--mpk-keep-artifacts", dest="mpk_keep_artifacts", action="store_true", default=False,
+                    help="Keep the artifacts of passing cases too")
+    group.addoption("--mpk-hang-timeout", dest="mpk_hang_timeout", metavar="SECONDS", type=_positive_float,
+                    help="Seconds without progress before the device watchdog stops a kernel (default 5)")
+    group.addoption("--mpk-replay", dest="mpk_replay", metavar="DIR",
+                    help="Run the selected scenes against this compile output directory instead of building them")
+    group.addoption("--mpk-profile", dest="mpk_profile", action="store_true", default=False,
+                    help="Record a Perfetto trace, a CSV and a swimlane picture of every GPU case")
+    parser.addini("mpk_arch", "Default --arch", default="auto")
+    parser.addini("mpk_backend", "Default --mpk-backend", default="auto")
+    parser.addini("mpk_artifacts_dir", "Default --mpk-artifacts-dir", default=".mpk-artifacts")
+    parser.addini("mpk_hang_timeout", "Default --mpk-hang-timeout", default="5")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        devices.pin_worker(workerinput["workerid"])  # before anything can initialise CUDA
+    config.addinivalue_line("markers", "mpk_arch(*archs): run this test only for these archs (sm80, sm90, sm100)")
+    config.addinivalue_line("markers", "mpk_gpus(n): this test needs n GPUs; skipped with fewer")
+    config.addinivalue_line("markers", "mpk_slow: a slow test (deselect with -m 'not mpk_slow')")
+    config.addinivalue_line("markers", "mpk_params(**params): PersistentKernel init parameters for the pk fixture")
+    from . import profiles
+
+    profiles.register()
+    mpk = MpkSession(config)
+    config.stash[SESSION_KEY] = mpk
+    config.pluginmanager.register(mpk, "mpk-session")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per visible GPU (None: xdist's own default, e.g. without GPUs)."""
+    return len(devices.visible_gpus()) or None
+
+
+def pytest_collect_file(file_path, parent: pytest.Collector):
+    """A compile output directory given to pytest replays as it is (see replay.py)."""
+    from .replay import ReplayFile, is_signature
+
+    if is_signature(file_path):
+        return ReplayFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
+    if scene_info(obj) is not None:
+        return SceneClass.from_parent(collector, name=name, scene_cls=obj)
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "mpk_arch" not in metafunc.fixturenames:
+        return
+    archs = session_of(metafunc.config).archs
+    marker = metafunc.definition.get_closest_marker("mpk_arch")
+    if marker is not None:
+        archs = [a for a in archs if a in marker.args] or [f"{archs[0]}-not-in-{'-'.join(marker.args)}"]
+    metafunc.parametrize("mpk_arch", archs, ids=archs, indirect=True, scope="function")  # the fixture skips
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    from .selection import apply_case_selection, require_gpus
+
+    apply_case_selection(config, items)
+    require_gpus(items)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    backend = dict(getattr(report, "user_properties", ())).get(BACKEND_PROPERTY)
+    if backend is None or report.when != "call":
+        return None
+    if report.passed:
+        return "passed", ".", (f"PASSED [{backend}]", {"green": True})
+    if report.failed:
+        return "failed", "F", (f"FAILED [{backend}]", {"red": True})
+    return None
+
+
+from .fixtures import _mpk_backend, mpk_arch, mpk_device, mpk_params, pk  # noqa: E402,F401  (the plugin's fixtures)

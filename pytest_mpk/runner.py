@@ -1,0 +1,214 @@
+"""Running one scene case: generate inputs, poison outputs, build the kernel (or replay a saved
+one), run it on the chosen backend, compute the golden, compare, and keep artifacts on failure."""
+
+from __future__ import annotations
+
+import shutil
+import types
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import mpk_runtime as mpk
+from mpk_runtime import references
+
+from . import compare, devices
+from .scene import Case, InOut, Out, SceneTestCase
+
+EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
+
+
+@dataclass
+class Setup:
+    """What a case runs with, decided by the plugin."""
+
+    arch: str
+    backend: str  # devices.GPU / EMULATED / COMPILED
+    artifacts: Path  # this case's directory
+    keep_artifacts: bool
+    hang_timeout: float
+    repro: str  # the command line that reruns this item
+    replay: Path | None = None  # --mpk-replay: a compile output directory to run instead of build()
+    profile: bool = False  # --mpk-profile: record a trace (gpu backend only)
+    notes: list[str] = field(default_factory=list)  # lines for the item's report
+
+
+class SceneFailure(AssertionError):
+    """A case failed; the message is complete (report, artifacts, repro), no traceback needed."""
+
+
+def seed_of(nodeid: str) -> int:
+    return zlib.crc32(nodeid.encode())
+
+
+def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    args = scene.generate_args(dict(params))
+    if not isinstance(args, dict) or not args:
+        raise TypeError(f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, "
+                        f"got {type(args).__name__}")
+    return args
+
+
+def outputs_of(args: dict[str, Any]) -> list[str]:
+    return [name for name, v in args.items() if isinstance(v, Out)]
+
+
+def golden(scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[str, Any],
+           search: list[Path], outputs: list[str]) -> dict[str, torch.Tensor]:
+    """The expected outputs: ``compute_golden(args, params)`` if the scene defines it, else the
+    layer's reference (nearest pytorch_reference.py) called with the inputs by name."""
+    plain = {n: (v.tensor if isinstance(v, Out) else v) for n, v in args.items()}
+    compute = getattr(scene, "compute_golden", None)
+    if compute is not None:
+        result = compute(types.SimpleNamespace(**plain), dict(params))
+    else:
+        fn = references.find(layer, search=search)
+        ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
+        result = fn(**ins)
+    if isinstance(result, dict):
+        missing = [o for o in outputs if o not in result]
+        if missing:
+            raise TypeError(f"the golden has no value for output(s) {missing}; return {{name: tensor}} for {outputs}")
+        return result
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(outputs):
+            raise TypeError(f"the golden returned {len(result)} values for {len(outputs)} outputs {outputs}")
+        return dict(zip(outputs, result))
+    if len(outputs) != 1:
+        raise TypeError(f"the golden returned one tensor, but the scene has outputs {outputs}; return a dict")
+    return {outputs[0]: result}
+
+
+def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    init = mpk.PersistentKernel.get_default_init_parameters()
+    init.update(test_mode=True, target_cc=int(setup.arch[2:]), watchdog_timeout=setup.hang_timeout)
+    if setup.backend == devices.GPU:
+        workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
+        init.update(num_workers=workers, num_local_schedulers=schedulers)
+    else:
+        init.update(num_workers=EMULATED_WORKERS, emulate=setup.backend == devices.EMULATED,
+                    compile_only=setup.backend == devices.COMPILED)
+    extra = dict(scene.kernel_params(dict(params)))
+    if "meta_tensors" in extra:  # generated on the CPU, like the arguments; the kernel wants them where it runs
+        device = "cuda" if setup.backend == devices.GPU else "cpu"
+        extra["meta_tensors"] = {k: v.to(device) for k, v in extra["meta_tensors"].items()}
+    init.update(extra)
+    return init
+
+
+def run_case(scene: SceneTestCase, layer: str, case: Case | None, params: dict[str, Any], setup: Setup,
+             seed: int, search: list[Path]) -> None:
+    """Run one case; raise SceneFailure (with the report, the artifacts and the repro line) on a
+    mismatch or a kernel error. Other exceptions are mistakes in the scene or the runtime."""
+    args = generate(scene, params, seed)
+    outs = outputs_of(args)
+    if not outs:
+        raise TypeError(f"{type(scene).__name__}.generate_args returned no Out or InOut tensor; wrap each output, "
+                        f"e.g. 'output': Out(torch.empty(...))")
+    device = torch.device("cuda", torch.cuda.current_device()) if setup.backend == devices.GPU else torch.device("cpu")
+    inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
+    run_tensors = {}
+    for name, v in args.items():
+        t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+        if isinstance(v, Out) and not isinstance(v, InOut):
+            compare.poison(t)
+        run_tensors[name] = t
+
+    clear = not _holds_replay(setup)  # never delete the directory a replay reads
+    if clear:
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+    setup.artifacts.mkdir(parents=True, exist_ok=True)
+    init = kernel_params(scene, params, setup)
+    if setup.profile and setup.backend == devices.GPU:
+        init.update(profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device),
+                    trace_name=str(setup.artifacts / "trace"))
+    pk = None
+    expected = None
+    try:
+        if setup.replay is not None:
+            pk = mpk.PersistentKernel.from_artifacts(setup.replay, run_tensors, **{
+                k: init[k] for k in ("emulate", "compile_only", "num_workers", "num_local_schedulers", "watchdog_timeout",
+                                     "profiler_tensor", "trace_name") if k in init})
+            setup.notes.append(f"replayed {setup.replay}")
+        else:
+            pk = mpk.PersistentKernel(**init)
+            t = types.SimpleNamespace(**{n: pk.attach_input(v, n) for n, v in run_tensors.items()})
+            scene.build(pk, t, dict(params))
+        pk.compile(output_dir=setup.artifacts)
+        setup.notes.append(f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}")
+        if setup.backend == devices.COMPILED:
+            return
+        pk()
+        pk.synchronize(timeout=setup.hang_timeout + 60)
+        if setup.profile and setup.backend == devices.GPU:
+            setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
+        actual = {n: run_tensors[n].cpu() for n in outs}
+        expected = golden(scene, layer, {n: (type(v)(inputs[n]) if isinstance(v, Out) else inputs[n])
+                                         for n, v in args.items()}, params, search, outs)
+        scene_compare = getattr(scene, "compare", None)
+        if scene_compare is not None:
+            scene_compare(actual, expected, case)
+        else:
+            errors = []
+            for name in outs:
+                rtol, atol = case.tolerance_for(name) if case else (None, None)
+                try:
+                    compare.check(name, actual[name], expected[name], rtol, atol)
+                except compare.MismatchError as e:
+                    errors.append(str(e))
+            if errors:
+                raise compare.MismatchError("\n".join(errors))
+    except (AssertionError, mpk.KernelError) as e:
+        _save_failure(setup, inputs, run_tensors, outs, expected)
+        raise SceneFailure(_failure_text(e, setup, params)) from None
+    finally:
+        if pk is not None:
+            try:
+                pk.finalize()
+            except mpk.KernelError as e:
+                setup.notes.append(f"finalize: {e}")
+    if clear and not setup.keep_artifacts:
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _holds_replay(setup: Setup) -> bool:
+    """Whether the case's artifacts directory is, holds, or lies in the --mpk-replay directory (as when
+    a case kept with --mpk-keep-artifacts is replayed from where it was kept)."""
+    if setup.replay is None:
+        return False
+    a, r = setup.artifacts.resolve(), setup.replay.resolve()
+    return a == r or a in r.parents or r in a.parents
+
+
+def _profile_files(pk, setup: Setup) -> dict[str, Path]:
+    from mpk_runtime import profile_stats
+    from mpk_runtime.cli import swimlane
+
+    files = dict(pk.profile_paths)
+    png = setup.artifacts / "swimlane.png"
+    swimlane.draw(profile_stats.read_csv(files["csv"]), str(png), f"{setup.repro.split()[1]} ({setup.arch})")
+    files["png"] = png
+    return files
+
+
+def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str], expected: dict | None) -> None:
+    torch.save(inputs, setup.artifacts / "inputs.pt")
+    torch.save({n: run_tensors[n].detach().cpu() for n in outs}, setup.artifacts / "actual.pt")
+    if expected is not None:
+        torch.save({n: v.detach().cpu() for n, v in expected.items()}, setup.artifacts / "expected.pt")
+    (setup.artifacts / "repro.txt").write_text(setup.repro + "\n")
+
+
+def _failure_text(e: BaseException, setup: Setup, params: dict[str, Any]) -> str:
+    return "\n".join([
+        str(e),
+        f"params: {params}",
+        f"backend: {setup.backend} ({setup.arch})",
+        f"artifacts: {setup.artifacts} (inputs.pt, actual.pt, expected.pt, test_rank0.cu, task_graph_rank0.json, "
+        f"signature_rank0.json)",
+        f"repro: {setup.repro}",
+    ])

@@ -1,0 +1,130 @@
+"""What a scene test declares: ``@scene_test``, ``SceneTestCase``, ``Case``, ``Out`` and ``InOut``.
+
+    @scene_test(layer="rmsnorm")
+    class TestRMSNorm(SceneTestCase):
+        CASES = [Case("b1", batch=1, hidden=4096)]
+        SWEEP = {"batch": st.integers(1, 64), "hidden": st.sampled_from([1024, 4096])}
+
+        def generate_args(self, params):        # CPU tensors; outputs wrapped in Out / InOut
+            ...
+        def build(self, pk, t, params):         # t.<name>: the attached tensor of each argument
+            pk.rmsnorm_layer(input=t.input, ..., block_dim=pk.block_dim)
+
+The plugin makes one pytest item per case and arch (``TestRMSNorm::b1[sm90]``) and one Hypothesis
+item per arch for SWEEP (``TestRMSNorm::sweep[sm90]``). This module imports neither torch nor
+mpk_runtime, so loading the plugin stays cheap.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+ARCHS = ("sm80", "sm90", "sm100")
+_SCENE_ATTR = "__mpk_scene__"
+
+
+class Out:
+    """An output argument: poisoned before the run (NaN, or the integer furthest from 0), so elements the
+    kernel never writes fail the comparison; compared with the golden afterwards."""
+
+    def __init__(self, tensor: Any):
+        self.tensor = tensor
+
+    def __repr__(self) -> str:
+        return f"Out({getattr(self.tensor, 'shape', '?')})"
+
+
+class InOut(Out):
+    """An argument the kernel reads and overwrites: keeps its generated value for the run and is
+    passed to the reference as an input; compared with the golden afterwards."""
+
+    def __repr__(self) -> str:
+        return f"InOut({getattr(self.tensor, 'shape', '?')})"
+
+
+@dataclass
+class Case:
+    """One named point of a scene's parameter space.
+
+    ``archs`` limits the archs it runs on; ``rtol`` / ``atol`` override the dtype defaults for every
+    output and ``tolerances={"output": (rtol, atol)}`` for one; ``manual=True`` cases run only when
+    picked with ``--mpk-case Class::name``."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    archs: tuple[str, ...] | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
+    manual: bool = False
+
+    def __init__(self, name: str, *, archs: tuple[str, ...] | list[str] | None = None, rtol: float | None = None,
+                 atol: float | None = None, tolerances: dict[str, tuple[float, float]] | None = None,
+                 manual: bool = False, **params: Any):
+        if not isinstance(name, str) or not name or any(c in name for c in "[]:/ "):
+            raise ValueError(f"Case name {name!r} must be a non-empty string without spaces, '[', ']', ':' or '/'")
+        bad = [a for a in (archs or ()) if a not in ARCHS]
+        if bad:
+            raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCHS)}")
+        self.name, self.params, self.manual = name, params, manual
+        self.archs = tuple(archs) if archs is not None else None
+        self.rtol, self.atol, self.tolerances = rtol, atol, dict(tolerances or {})
+
+    def tolerance_for(self, output: str) -> tuple[float | None, float | None]:
+        return self.tolerances.get(output, (self.rtol, self.atol))
+
+
+@dataclass(frozen=True)
+class SceneInfo:
+    layer: str
+
+
+def scene_test(layer: str):
+    """Class decorator: a SceneTestCase subclass whose cases the plugin turns into pytest items.
+    ``layer`` names the layer, which is where the default golden comes from."""
+    if not isinstance(layer, str) or not layer.isidentifier():
+        raise ValueError(f"scene_test(layer={layer!r}): layer must name a layer, e.g. 'rmsnorm'")
+
+    def mark(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, SceneTestCase)):
+            raise TypeError(f"@scene_test decorates SceneTestCase subclasses, not {cls!r}")
+        setattr(cls, _SCENE_ATTR, SceneInfo(layer))
+        return cls
+
+    return mark
+
+
+def scene_info(obj: Any) -> SceneInfo | None:
+    return obj.__dict__.get(_SCENE_ATTR) if isinstance(obj, type) else None
+
+
+class SceneTestCase:
+    """Base class of scene tests. Override ``generate_args`` and ``build``; optionally
+    ``kernel_params``, ``compute_golden`` and ``compare``."""
+
+    CASES: list[Case] = []
+    SWEEP: dict[str, Any] = {}
+    PARAMS: tuple[str, ...] | None = None  # the parameter names; default: SWEEP's keys, else the first case's
+
+    def generate_args(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Every argument by name: CPU tensors (inputs) and Out / InOut wrapped tensors."""
+        raise NotImplementedError
+
+    def build(self, pk: Any, t: Any, params: dict[str, Any]) -> None:
+        """Add the layer(s) under test to ``pk``; ``t.<name>`` is the attached tensor of each argument."""
+        raise NotImplementedError
+
+    def kernel_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Extra PersistentKernel init parameters for these params (e.g. max_num_batched_tokens)."""
+        return {}
+
+    @classmethod
+    def run_module(cls, module_name: str) -> None:
+        """``if __name__ == "__main__": SceneTestCase.run_module(__name__)`` makes
+        ``python test_x.py --arch sm90 --mpk-case TestX::b1`` run the file's scenes with pytest's flags."""
+        import pytest
+
+        module = sys.modules[module_name]
+        sys.exit(pytest.main([module.__file__, "-p", "mpk", *sys.argv[1:]]))

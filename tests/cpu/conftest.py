@@ -1,0 +1,59 @@
+"""Fixtures of the CPU suite: one compile cache for the session, and compile-only kernels."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cpu_helpers import GraphBuilder
+
+import mpk_runtime as mpk
+from mpk_runtime import build, codegen
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mpk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$MPK_CACHE_DIR`` for the whole session: a fresh directory of this run, shared by its xdist
+    workers (``build_module`` is safe across processes, so each source is compiled once per run)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory, common to all of its workers
+    root = base / "mpk-cache"
+    old = os.environ.get("MPK_CACHE_DIR")
+    os.environ["MPK_CACHE_DIR"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("MPK_CACHE_DIR", None)
+    else:
+        os.environ["MPK_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def make_pk() -> Callable[..., mpk.PersistentKernel]:
+    """Factory of compile-only PersistentKernels (no GPU needed): ``make_pk(90, test_mode=True)``."""
+
+    def make(target_cc: int = 80, **overrides) -> mpk.PersistentKernel:
+        params = mpk.PersistentKernel.get_default_init_parameters()
+        params.update(compile_only=True, target_cc=target_cc)
+        params.update(overrides)
+        return mpk.PersistentKernel(**params)
+
+    return make
+
+
+
+@pytest.fixture(scope="session")
+def noop_source() -> str:
+    """The generated source of the smallest graph (one no-op layer) for sm80: the cheapest nvcc build."""
+    g = GraphBuilder()
+    g.noop([g.tensor("a")], [g.tensor("b")], 2)
+    variants, _ = codegen.collect_variants(g.graph)
+    return codegen.generate(variants, "sm80")
+
+
+@pytest.fixture(scope="session")
+def noop_build(noop_source: str, mpk_cache_dir: Path) -> build.BuildResult:
+    """``noop_source`` built (or found) in the session's cache, once per session."""
+    return build.build_module(noop_source, "sm80", "noop")

@@ -1,0 +1,49 @@
+"""Builders shared by the CPU tests: RMSNorm tensors on a kernel, and task graphs made straight on
+``mpk_runtime.graph.TaskGraph`` (no kernel, no nvcc) for graph, schedule and codegen tests."""
+
+from __future__ import annotations
+
+import torch
+
+import mpk_runtime as mpk
+from mpk_runtime.graph import DTensor, Layer, TaskGraph
+from mpk_runtime.tasks import registry
+
+
+def rmsnorm_tensors(pk: mpk.PersistentKernel, batch: int = 16, hidden: int = 4096,
+                    dtype: torch.dtype = torch.bfloat16) -> tuple[DTensor, DTensor, DTensor]:
+    """Attach the input, weight and output of a (batch, hidden) RMSNorm to ``pk``."""
+    x = pk.attach_input(torch.zeros(batch, hidden, dtype=dtype), name="x")
+    w = pk.attach_input(torch.ones(hidden, dtype=dtype), name="w")
+    y = pk.attach_input(torch.zeros(batch, hidden, dtype=dtype), name="y")
+    return x, w, y
+
+
+class GraphBuilder:
+    """A TaskGraph grown layer by layer: ``g.noop([a], [b], width=4)``, ``g.rmsnorm(x, w, y, grid=16)``."""
+
+    def __init__(self) -> None:
+        self.graph = TaskGraph()
+
+    def tensor(self, name: str, rows: int = 8, cols: int | None = None, dtype: torch.dtype = torch.int32) -> DTensor:
+        shape = (rows,) if cols is None else (rows, cols)
+        return self.graph.add_tensor(torch.zeros(shape, dtype=dtype), name, "attached")
+
+    def noop(self, inputs: list[DTensor], outputs: list[DTensor], width: int = 1, probe: bool = False) -> Layer:
+        return self._layer("noop", {"inputs": inputs, "outputs": outputs, "probe": probe}, width)
+
+    def rmsnorm(self, x: DTensor, w: DTensor, y: DTensor, grid: int = 1, eps: float = 1e-6) -> Layer:
+        return self._layer("rmsnorm", {"input": x, "weight": w, "output": y, "eps": eps}, grid)
+
+    def tasks_of(self, layer: Layer) -> list[int]:
+        return list(range(layer.first_task, layer.first_task + layer.num_tasks))
+
+    def _layer(self, task: str, kwargs: dict, width: int) -> Layer:
+        spec = registry.get(task)
+        args, values = spec.bind(kwargs)
+        return self.graph.add_layer(spec, (width, 1, 1), args, values)
+
+
+def graph_of(pk: mpk.PersistentKernel) -> TaskGraph:
+    """The kernel's task graph, before compile() (white box: the one place that knows where it is)."""
+    return pk._graph

@@ -1,0 +1,242 @@
+"""The Python model of prepare_next_batch (mpk_runtime/batching.py): test mode, chunked prefill,
+slot and token limits, paged KV bookkeeping, finishing, and invariants over random configurations."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mpk_runtime as mpk
+from mpk_runtime import meta, params
+from mpk_runtime.batching import BatchConfig, BatchPlanner, PagesExhausted, run_iterations
+from mpk_runtime.errors import ConfigError, KernelError
+
+
+def setup(prompts: list[int] | None = None, **overrides) -> tuple[BatchConfig, dict[str, torch.Tensor]]:
+    p = mpk.PersistentKernel.get_default_init_parameters()
+    p.update(overrides)
+    if prompts is not None:
+        p["meta_tensors"] = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32)}
+    kp = params.parse(p)
+    m = meta.build(kp, torch.device("cpu"))
+    return meta.batch_config(kp, m), m
+
+
+def sample(m: dict[str, torch.Tensor], token: int) -> None:
+    """What a sampling layer would do: one output token per batched position."""
+    m["output_tokens"].fill_(token)
+
+
+def kv_pages(m: dict[str, torch.Tensor], slot: int) -> list[int]:
+    kv = m["paged_kv_indptr_buffer"]
+    return m["paged_kv_indices_buffer"][int(kv[slot]):int(kv[slot + 1])].tolist()
+
+
+def test_test_mode_single_request_runs_the_graph_once():
+    cfg, m = setup(test_mode=True, max_num_batched_tokens=4, max_seq_length=8, page_size=2, max_num_pages=2)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert m["num_new_tokens"].tolist() == [4]  # the active-token count equals the batch
+    assert m["qo_indptr_buffer"].tolist() == [0, 4]
+    assert torch.equal(m["input_tokens"], m["tokens"][0, :4])
+    assert m["paged_kv_indptr_buffer"].tolist() == [0, 2] and kv_pages(m, 0) == [0, 1]
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [2]
+    sample(m, 77)
+    assert not planner.prepare_next_batch(1)
+    assert m["step"].tolist() == m["prompt_lengths"].tolist() == [4]
+    assert int(m["tokens"][0, 4]) == 77  # the sampled token was appended
+
+
+def test_test_mode_counts_one_iteration():
+    cfg, m = setup(test_mode=True, max_num_batched_tokens=3, max_seq_length=3, max_num_pages=3)
+    assert run_iterations(cfg, m) == 1
+    assert m["step"].tolist() == [3]
+
+
+def test_step_is_reset_at_every_launch():
+    cfg, m = setup(test_mode=True, max_num_batched_tokens=2, max_seq_length=4, max_num_pages=2)
+    m["step"].fill_(3)
+    BatchPlanner(cfg, m)
+    assert m["step"].tolist() == [0]
+
+
+def test_chunked_prefill_and_decode_share_the_token_budget():
+    """Budget 4: request 0 (prompt 3) and one token of request 1 (prompt 5); then request 0 decodes
+    while request 1 continues its prefill; KV pages (size 4) are taken from the queue in order."""
+    cfg, m = setup([3, 5], max_num_batched_tokens=4, max_num_batched_requests=2, max_seq_length=16, page_size=4,
+                   max_num_pages=8)
+    planner = BatchPlanner(cfg, m)
+    tokens = m["tokens"]
+
+    assert planner.prepare_next_batch(0)
+    assert planner.batch == [0, 1]
+    assert m["qo_indptr_buffer"].tolist() == [0, 3, 4] and m["num_new_tokens"].tolist() == [4]
+    assert m["input_tokens"].tolist() == tokens[0, :3].tolist() + tokens[1, :1].tolist()
+    assert (kv_pages(m, 0), kv_pages(m, 1)) == ([0], [1])
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [3, 1]
+
+    sample(m, 500)
+    assert planner.prepare_next_batch(1)
+    assert m["step"].tolist() == [3, 1]
+    assert int(tokens[0, 3]) == 500  # request 0 finished its prompt: its token is appended
+    assert int(tokens[1, 1]) != 500  # request 1 is mid-prefill: nothing is appended
+    assert m["qo_indptr_buffer"].tolist() == [0, 1, 4]
+    assert m["input_tokens"].tolist() == [500] + tokens[1, 1:4].tolist()
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [4, 4]
+
+    sample(m, 501)
+    assert planner.prepare_next_batch(2)
+    assert m["step"].tolist() == [4, 4]
+    assert m["qo_indptr_buffer"].tolist() == [0, 1, 2]
+    assert m["input_tokens"][:2].tolist() == [501, int(tokens[1, 4])]
+    assert (kv_pages(m, 0), kv_pages(m, 1)) == ([0, 2], [1, 3])  # page 2 and 3: the next free ones
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [1, 1]
+
+
+def test_slot_limit_admits_waiting_requests_when_one_finishes():
+    cfg, m = setup([1, 1, 1], max_num_batched_tokens=8, max_num_batched_requests=2, max_seq_length=2,
+                   max_num_pages=4)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert planner.batch == [0, 1] and m["num_new_tokens"].tolist() == [2]
+    assert planner.prepare_next_batch(1)  # 0 and 1 filled their rows of 2 and finished
+    assert planner.batch == [2] and planner.running == [2]
+    assert not planner.prepare_next_batch(2)
+    assert m["step"].tolist() == [1, 1, 1]
+
+
+def test_finishing_on_eos_returns_the_pages():
+    cfg, m = setup([3], max_num_batched_tokens=3, max_seq_length=16, page_size=2, max_num_pages=2, eos_token_id=9)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert planner.page_queue == [] and planner.pages[0] == [0, 1]
+    sample(m, 9)
+    assert not planner.prepare_next_batch(1)
+    assert planner.running == [] and planner.pages[0] == []
+    assert sorted(planner.page_queue) == [0, 1]
+    assert int(m["tokens"][0, 3]) == 9
+
+
+def test_finishing_on_a_full_row():
+    cfg, m = setup([2], max_num_batched_tokens=2, max_seq_length=4, max_num_pages=4, eos_token_id=-1)
+    sampled = iter([40, 41])
+    assert run_iterations(cfg, m, body=lambda it: sample(m, next(sampled))) == 2  # prefill, one decode
+    assert m["tokens"][0, 2:].tolist() == [40, 41]
+    assert m["step"].tolist() == [3]
+
+
+@pytest.mark.parametrize(("prompt", "seq", "budget"), [(1, 1, 1), (4, 8, 4), (4, 8, 1), (7, 8, 2), (8, 8, 3), (3, 12, 8)])
+def test_offline_iteration_count(prompt, seq, budget):
+    """ceil(prompt / budget) prefill chunks, then decodes until the row of max_seq_length is full."""
+    cfg, m = setup([prompt], max_num_batched_tokens=budget, max_seq_length=seq, max_num_pages=seq)
+    want = math.ceil(prompt / budget) + max(0, seq - 1 - prompt)
+    assert run_iterations(cfg, m) == want
+
+
+def test_offline_eos_stops_after_the_prefill():
+    cfg, m = setup([5, 5], max_num_batched_tokens=2, max_num_batched_requests=2, max_seq_length=64, max_num_pages=64,
+                   eos_token_id=3)
+    assert run_iterations(cfg, m, body=lambda it: sample(m, 3)) == 5  # 10 prompt tokens, 2 per iteration
+    assert m["step"].tolist() == [5, 5]
+
+
+def test_decode_without_a_free_page_raises_pages_exhausted():
+    cfg, m = setup([1, 1], max_num_batched_tokens=2, max_num_batched_requests=2, max_seq_length=8, max_num_pages=2)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    with pytest.raises(PagesExhausted, match=r"request 0 needs 2 KV pages and the page queue is empty; raise "
+                                             r"max_num_pages \(now 2\)") as info:
+        planner.prepare_next_batch(1)
+    assert isinstance(info.value, KernelError)
+
+
+def test_admission_waits_for_pages():
+    """Request 1 is admitted only once request 0 gave its pages back."""
+    cfg, m = setup([2, 2], max_num_batched_tokens=4, max_num_batched_requests=2, max_seq_length=3, max_num_pages=2)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0) and planner.batch == [0]
+    assert planner.prepare_next_batch(1) and planner.batch == [1]
+    assert kv_pages(m, 0) == [0, 1]  # the same pages, recycled
+
+
+def test_a_request_that_can_never_get_its_pages_is_an_error():
+    """Refused when the meta tensors are built; and should such a config reach the model anyway,
+    it raises instead of stopping with the request unserved."""
+    with pytest.raises(ConfigError, match="needs 8 KV pages"):
+        setup([8], max_num_batched_tokens=8, max_seq_length=16, page_size=1, max_num_pages=4)
+    cfg, m = setup([8], max_num_batched_tokens=8, max_seq_length=16, page_size=1, max_num_pages=8)
+    cfg = dataclasses.replace(cfg, max_num_pages=4)
+    with pytest.raises(KernelError, match="waits for 8 KV pages"):
+        run_iterations(cfg, m)
+
+
+@st.composite
+def configs(draw):
+    page_size = draw(st.integers(1, 4))
+    budget = draw(st.integers(1, 8))
+    seq = draw(st.integers(1, 12))
+    requests = draw(st.integers(1, 5))
+    overrides = dict(
+        max_num_batched_tokens=budget, max_num_batched_requests=draw(st.integers(1, 4)), page_size=page_size,
+        max_seq_length=seq, test_mode=draw(st.booleans()), eos_token_id=draw(st.sampled_from([-1, 3])),
+        # at least the pages of one full chunk, so that an idle kernel can always admit a request
+        max_num_pages=draw(st.integers(math.ceil(budget / page_size), 3 * math.ceil(max(budget, seq) / page_size))),
+    )
+    prompts = draw(st.lists(st.integers(1, seq), min_size=requests, max_size=requests))
+    if overrides["test_mode"]:  # test mode's one pass must finish request 0's prompt
+        prompts[0] = min(prompts[0], budget)
+    return prompts, overrides
+
+
+def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlanner) -> None:
+    size = len(planner.batch)
+    qo = m["qo_indptr_buffer"].tolist()[: size + 1]
+    kv = m["paged_kv_indptr_buffer"].tolist()[: size + 1]
+    assert 1 <= size <= cfg.max_num_batched_requests
+    assert qo[0] == 0 and kv[0] == 0
+    assert all(a < b for a, b in zip(qo, qo[1:])), qo  # every batched request has a token
+    assert qo[-1] == int(m["num_new_tokens"][0]) <= cfg.max_num_batched_tokens
+    assert all(a < b for a, b in zip(kv, kv[1:])), kv
+    seen: set[int] = set()
+    for slot, req in enumerate(planner.batch):
+        step, n = int(m["step"][req]), qo[slot + 1] - qo[slot]
+        assert torch.equal(m["input_tokens"][qo[slot]:qo[slot + 1]], m["tokens"][req, step:step + n])
+        pages = kv_pages(m, slot)
+        assert seen.isdisjoint(pages), (slot, pages)
+        seen.update(pages)
+        assert all(0 <= pg < cfg.max_num_pages for pg in pages)
+        last = int(m["paged_kv_last_page_len_buffer"][slot])
+        assert 1 <= last <= cfg.page_size
+        assert (len(pages) - 1) * cfg.page_size + last == step + n  # the pages cover the KV length exactly
+    held = [pg for r in planner.running for pg in planner.pages[r]]
+    assert len(held) == len(set(held)) and set(held).isdisjoint(planner.page_queue)  # no page owned twice
+    assert len(held) + len(planner.page_queue) == cfg.max_num_pages
+
+
+@given(config=configs(), rng=st.randoms(use_true_random=False))
+def test_batch_invariants_hold_after_every_prepare(config, rng):
+    prompts, overrides = config
+    cfg, m = setup(prompts, **overrides)
+    planner = BatchPlanner(cfg, m)
+    iteration = 0
+    try:
+        while planner.prepare_next_batch(iteration):
+            check_batch(cfg, m, planner)
+            m["output_tokens"].copy_(torch.tensor([rng.choice([1, 2, 3]) for _ in range(cfg.max_num_batched_tokens)]))
+            iteration += 1
+            assert iteration <= sum(prompts) + len(prompts) * cfg.max_seq_length, "no progress"
+    except PagesExhausted:
+        assert not cfg.test_mode  # test mode checked its pages when the meta tensors were built
+        return
+    if cfg.test_mode:
+        assert iteration == 1
+        assert int(m["step"][0]) == min(prompts[0], cfg.max_num_batched_tokens)
+    else:
+        assert planner.next_request == len(prompts) and planner.running == []  # every request was served
+        assert all(int(s) >= p for s, p in zip(m["step"], prompts))
+        assert sorted(planner.page_queue) == list(range(cfg.max_num_pages))

@@ -1,0 +1,197 @@
+"""The build cache: what the key covers, where entries live and how they are named, damaged
+entries, nvcc errors, and many processes asking for one key at once (one build, all load it)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mpk_runtime import build, codegen
+from mpk_runtime.errors import BuildError, ConfigError
+from mpk_runtime.launcher import Module
+
+
+def test_key_is_deterministic_and_changes_with_the_source(noop_source):
+    key = build.cache_key(noop_source, "sm80")
+    assert key == build.cache_key(noop_source, "sm80") and len(key) == 64
+    assert build.cache_key(noop_source + "\n// another graph\n", "sm80") != key
+
+
+def test_key_changes_with_the_arch(noop_source):
+    keys = {arch: build.cache_key(noop_source, arch) for arch in ("sm80", "sm90", "sm100")}
+    assert len(set(keys.values())) == 3
+
+
+def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, monkeypatch):
+    csrc = tmp_path.resolve() / "csrc"
+    shutil.copytree(build.CSRC, csrc)
+    key = build.cache_key(noop_source, "sm80")
+    monkeypatch.setattr(build, "CSRC", csrc)
+    assert build.cache_key(noop_source, "sm80") == key  # same content, same key
+    with open(csrc / "tasks" / "common" / "rmsnorm.cuh", "a") as f:
+        f.write("\n// not included by a noop-only graph\n")
+    assert build.cache_key(noop_source, "sm80") == key
+    with open(csrc / "runtime" / "sync.cuh", "a") as f:  # included through the runtime, transitively
+        f.write("\n// changed\n")
+    assert build.cache_key(noop_source, "sm80") != key
+
+
+def test_included_headers_are_found_transitively(noop_source):
+    found = {str(p.relative_to(build.CSRC)) for p in build.included_headers(noop_source)}
+    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "runtime/sync.cuh", "runtime/host.cuh",
+            "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh", "tasks/common/block_reduce.cuh"} <= found
+    assert "tasks/common/rmsnorm.cuh" not in found
+
+
+@pytest.mark.parametrize(("arch", "gencode"), [
+    ("sm80", "-gencode=arch=compute_80,code=[compute_80,sm_80]"),  # PTX too: runs on newer GPUs
+    ("sm90", "-gencode=arch=compute_90a,code=sm_90a"),
+    ("sm100", "-gencode=arch=compute_100a,code=sm_100a"),
+])
+def test_flags_per_arch(arch, gencode):
+    flags = build.flags_for(arch)
+    assert gencode in flags and f"-DMPK_TARGET_SM={arch[2:]}" in flags
+    assert "-shared" in flags and f"-I{build.CSRC}" in flags
+
+
+def test_unknown_arch():
+    with pytest.raises(ConfigError, match=r"arch 'sm75' is not a build target; use one of sm80, sm90, sm100"):
+        build.flags_for("sm75")
+
+
+def test_entry_is_readable_and_recorded(noop_build, mpk_cache_dir):
+    entry = noop_build.entry
+    assert entry.parent == mpk_cache_dir / "modules"
+    assert entry.name == f"noop-sm80-{noop_build.key[:16]}"
+    assert noop_build.path == entry / build.MODULE and noop_build.path.is_file()
+    assert (entry / build.SOURCE).is_file()
+    record = json.loads((entry / build.RECORD).read_text())
+    assert record["key"] == noop_build.key and record["arch"] == "sm80" and record["name"] == "noop"
+    assert record["module_sha256"] == build._sha256(noop_build.path)
+    assert build.entry_is_valid(entry)
+
+
+def test_cachedir_tag_at_the_root(noop_build, mpk_cache_dir):
+    tag = (mpk_cache_dir / "CACHEDIR.TAG").read_text()
+    assert tag.startswith("Signature: 8a477f597d28d172789f06886806bc55\n")
+
+
+def test_mpk_cache_dir_is_honoured(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "mine"))
+    assert build.cache_root() == tmp_path / "mine"
+    assert (tmp_path / "mine" / "modules").is_dir() and (tmp_path / "mine" / "CACHEDIR.TAG").is_file()
+
+
+def test_xdg_cache_home_is_the_fallback(monkeypatch, tmp_path):
+    monkeypatch.delenv("MPK_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert build.cache_root() == tmp_path / "mpk"
+
+
+def test_second_request_is_a_cache_hit(noop_source, noop_build):
+    again = build.build_module(noop_source, "sm80", "noop")
+    assert again.cached and again.path == noop_build.path and again.key == noop_build.key
+
+
+def private_copy(noop_build, monkeypatch, tmp_path) -> Path:
+    """A private cache holding a copy of the noop entry, so damaging it disturbs no other test."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    entry = build.cache_root() / "modules" / noop_build.entry.name
+    shutil.copytree(noop_build.entry, entry)
+    return entry
+
+
+def damage_module(entry: Path) -> None:
+    data = bytearray((entry / build.MODULE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (entry / build.MODULE).write_bytes(bytes(data))
+
+
+def delete_record(entry: Path) -> None:
+    (entry / build.RECORD).unlink()
+
+
+@pytest.mark.parametrize("damage", [damage_module, delete_record])
+def test_damaged_entry_is_detected_and_rebuilt(noop_source, noop_build, monkeypatch, tmp_path, damage):
+    entry = private_copy(noop_build, monkeypatch, tmp_path)
+    assert build.build_module(noop_source, "sm80", "noop").cached  # the copy is a valid entry
+    damage(entry)
+    assert not build.entry_is_valid(entry)
+    rebuilt = build.build_module(noop_source, "sm80", "noop")
+    assert not rebuilt.cached and rebuilt.entry == entry
+    assert build.entry_is_valid(entry)
+    assert Module(rebuilt.path).worker_threads == 128
+    assert [p.name for p in (tmp_path / "modules").iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_nvcc_error_raises_build_error_with_the_compiler_output(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    source = '#include "runtime/task_api.cuh"\nstatic_assert(false, "mpk test: a deliberate compile error");\n'
+    with pytest.raises(BuildError, match=r"(?s)nvcc failed \(\d+\) building .*source\.cu for sm80:\n.*"
+                                         r"mpk test: a deliberate compile error.*\ncommand: .*nvcc"):
+        build.build_module(source, "sm80", "broken")
+    assert [p.name for p in (tmp_path / "modules").iterdir() if not p.name.endswith(".lock")] == []  # nothing published
+
+
+def test_missing_nvcc_is_a_build_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    with pytest.raises(BuildError, match=r"nvcc not found on PATH or in \$CUDA_HOME/bin; install the CUDA toolkit"):
+        build.nvcc()
+
+
+def fake_compile(source_path: Path, out: Path, *_args, **_kwargs) -> None:
+    """Stands in for nvcc where only the cache's bookkeeping is under test."""
+    out.write_bytes(b"not a real module: " + source_path.read_bytes())
+
+
+def test_entry_stays_in_the_cache_whatever_the_name(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "compile_to", fake_compile)
+    source = "// module: ../../escaped\n"
+    result = build.build_module(source, "sm80", codegen.module_name_of(source))
+    assert result.entry.resolve().parent == (tmp_path / "cache" / "modules").resolve()
+
+
+def test_write_if_changed_keeps_unchanged_files(tmp_path):
+    path = tmp_path / "sub" / "f.cu"
+    assert build.write_if_changed(path, "a")
+    os.utime(path, (1, 1))
+    assert not build.write_if_changed(path, "a") and path.stat().st_mtime == 1
+    assert build.write_if_changed(path, "b") and path.read_text() == "b"
+
+
+def _race(source: str, barrier, results) -> None:
+    """One process of the race: wait for all, ask for the module, load it, report."""
+    from mpk_runtime import build as b
+    from mpk_runtime.launcher import Module as M
+
+    barrier.wait(timeout=120)
+    result = b.build_module(source, "sm80", "race")
+    M(result.path)
+    results.put((result.cached, str(result.path), os.getpid()))
+
+
+def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
+    source = noop_source + f"\n// race {uuid.uuid4().hex}\n"  # a key nobody built yet
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(source, barrier, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(cached for cached, _, _ in got) == [False, True, True, True]  # exactly one built it
+    assert len({path for _, path, _ in got}) == 1
+    entry = Path(got[0][1]).parent
+    builder = next(pid for cached, _, pid in got if not cached)
+    assert json.loads((entry / build.RECORD).read_text())["built_by_pid"] == builder
+    assert entry.parent == mpk_cache_dir / "modules"

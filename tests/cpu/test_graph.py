@@ -1,0 +1,180 @@
+"""The task graph: slices (regions and byte offsets), layer and task naming, tensor directions,
+RAW / WAR / WAW dependencies with full and partial overlaps, and the graph's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from cpu_helpers import GraphBuilder
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpk_runtime.graph import Region, TaskGraph
+from mpk_runtime.tasks import registry
+
+
+def rmsnorm_graph(batch: int = 8, hidden: int = 64, grid: int = 4) -> TaskGraph:
+    g = GraphBuilder()
+    bf16 = {"dtype": torch.bfloat16}
+    g.rmsnorm(g.tensor("x", batch, hidden, **bf16), g.tensor("w", hidden, **bf16), g.tensor("y", batch, hidden, **bf16),
+              grid=grid)
+    return g.graph
+
+
+def test_grid_makes_one_task_per_block_with_its_slices():
+    g = rmsnorm_graph(batch=8, hidden=64, grid=4)
+    assert len(g.tasks) == 4
+    for k, t in enumerate(g.tasks):
+        assert t.grid_idx == (k, 0, 0)
+        x, w = t.reads
+        (y,) = t.writes
+        assert x.region == Region((2 * k, 0), (2 * k + 2, 64))
+        assert x.byte_offset == 2 * k * 64 * 2  # rows of 64 bf16
+        assert w.region == Region((0,), (64,)) and w.byte_offset == 0  # the weight is passed whole
+        assert y.region == x.region and y.byte_offset == x.byte_offset
+
+
+def test_slice_json_names_tensor_bounds_and_offset():
+    g = rmsnorm_graph(batch=8, hidden=64, grid=4)
+    assert g.tasks[3].reads[0].to_json() == {"tensor": "x", "lo": [6, 0], "hi": [8, 64], "byte_offset": 6 * 64 * 2}
+
+
+def test_region_overlap_is_half_open():
+    a = Region((0, 0), (2, 4))
+    assert a.overlaps(Region((1, 3), (3, 5)))
+    assert not a.overlaps(Region((2, 0), (4, 4)))  # touching rows do not overlap
+    assert not a.overlaps(Region((0, 4), (2, 8)))
+    assert Region((1, 0), (3, 4)).shape == (2, 4)
+
+
+def test_layers_and_tasks_are_named_per_task_type():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    names = [g.noop([a], [b], 2).name, g.noop([b], [c], 4).name]
+    assert names == ["noop_0", "noop_1"]
+    assert [t.label for t in g.graph.tasks[:3]] == ["noop_0[0]", "noop_0[1]", "noop_1[0]"]
+    assert g.graph.layers[1].first_task == 2 and g.graph.layers[1].num_tasks == 4
+
+
+def test_direction_in_out_inout():
+    g = GraphBuilder()
+    a, b, c, unused = g.tensor("a"), g.tensor("b"), g.tensor("c"), g.tensor("unused")
+    g.noop([a], [b])
+    g.noop([b], [c])
+    assert (a.direction, b.direction, c.direction, unused.direction) == ("IN", "INOUT", "OUT", "IN")
+
+
+def deps(g: GraphBuilder, task: int) -> dict[int, str]:
+    return g.graph.tasks[task].deps
+
+
+def test_read_after_write():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    g.noop([a], [b], 1)
+    g.noop([b], [c], 1)
+    assert deps(g, 0) == {} and deps(g, 1) == {0: "raw"}
+
+
+def test_write_after_read():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    g.noop([a], [b], 1)
+    g.noop([c], [a], 1)  # overwrites what task 0 reads
+    assert deps(g, 1) == {0: "war"}
+
+
+def test_write_after_write():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    g.noop([a], [b], 1)
+    g.noop([c], [b], 1)
+    assert deps(g, 1) == {0: "waw"}
+
+
+def test_full_overlap_is_one_to_one():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    first, second = g.noop([a], [b], 4), g.noop([b], [c], 4)
+    for k, t in enumerate(g.tasks_of(second)):
+        assert deps(g, t) == {g.tasks_of(first)[k]: "raw"}
+
+
+def test_partial_overlaps_fan_in_and_fan_out():
+    """Slices of 2 rows read as slices of 4 (each consumer needs two producers), then as slices
+    of 1 (each consumer needs half of one producer's slice)."""
+    g = GraphBuilder()
+    a, b, c, d = g.tensor("a"), g.tensor("b"), g.tensor("c"), g.tensor("d")
+    narrow = g.tasks_of(g.noop([a], [b], 4))
+    wide = g.tasks_of(g.noop([b], [c], 2))
+    fine = g.tasks_of(g.noop([b], [d], 8))
+    assert [set(deps(g, t)) for t in wide] == [{narrow[0], narrow[1]}, {narrow[2], narrow[3]}]
+    assert [set(deps(g, t)) for t in fine] == [{narrow[k // 2]} for k in range(8)]
+
+
+def test_whole_tensor_reader_depends_on_every_writer():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c", rows=1)
+    writers = g.tasks_of(g.noop([a], [b], 8))
+    (sink,) = g.tasks_of(g.noop([b], [c], 1))
+    assert set(deps(g, sink)) == set(writers)
+
+
+def test_disjoint_slices_and_other_tensors_give_no_dependency():
+    g = GraphBuilder()
+    a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
+    g.noop([a], [b], 2)
+    g.noop([a], [c], 2)  # reads what the first layer read: no hazard
+    assert all(t.deps == {} for t in g.graph.tasks)
+
+
+def test_in_place_layer_orders_after_readers_and_writers():
+    g = GraphBuilder()
+    a, b = g.tensor("a"), g.tensor("b")
+    g.noop([a], [b], 2)  # tasks 0, 1 read a, write b
+    g.noop([b], [a], 2)  # tasks 2, 3 read b (raw) and overwrite a (war)
+    assert deps(g, 2) == {0: "raw"} and deps(g, 3) == {1: "raw"}
+    g.noop([a], [a], 1)  # task 4 reads and rewrites all of a
+    assert deps(g, 4) == {2: "raw", 3: "raw", 0: "war", 1: "war"}  # raw wins where both apply
+
+
+@st.composite
+def noop_programs(draw):
+    """Layers over 3 tensors of 8 rows: random inputs, one random output, width 1, 2, 4 or 8."""
+    return draw(st.lists(st.tuples(st.sets(st.integers(0, 2), min_size=1, max_size=2), st.integers(0, 2),
+                                   st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=8))
+
+
+@given(program=noop_programs())
+def test_dependencies_are_exactly_the_overlapping_hazards(program):
+    """Brute force: task j depends on an earlier task i iff they touch overlapping rows of one
+    tensor and at least one of them writes it."""
+    g = GraphBuilder()
+    ts = [g.tensor(f"t{i}") for i in range(3)]
+    for ins, out, width in program:
+        g.noop([ts[i] for i in sorted(ins)], [ts[out]], width)
+    accesses = [[(s, False) for s in t.reads] + [(s, True) for s in t.writes] for t in g.graph.tasks]
+    for j, tj in enumerate(g.graph.tasks):
+        want = {i for i in range(j) for si, wi in accesses[i] for sj, wj in accesses[j]
+                if si.tensor is sj.tensor and (wi or wj) and si.region.overlaps(sj.region)}
+        assert set(tj.deps) == want, (j, tj.deps, want)
+        assert all(p < j for p in tj.deps)  # program order is a topological order
+
+
+def test_graph_json_describes_tensors_and_layers():
+    g = rmsnorm_graph(batch=8, hidden=64, grid=4)
+    data = json.loads(json.dumps(g.to_json()))
+    assert data["tensors"] == [
+        {"name": "x", "shape": [8, 64], "dtype": "bf16", "kind": "attached", "direction": "IN"},
+        {"name": "w", "shape": [64], "dtype": "bf16", "kind": "attached", "direction": "IN"},
+        {"name": "y", "shape": [8, 64], "dtype": "bf16", "kind": "attached", "direction": "OUT"},
+    ]
+    (layer,) = data["layers"]
+    assert layer["name"] == "rmsnorm_0" and layer["task"] == "rmsnorm"
+    assert layer["opcode"] == registry.get("rmsnorm").opcode
+    assert layer["grid"] == [4, 1, 1] and layer["num_tasks"] == 4 and layer["first_task"] == 0
+    assert layer["template_args"][:3] == ["__nv_bfloat16", "2", "64"]  # dtype, rows per task, hidden
+    assert layer["values"] == {"eps": 1e-6}
+    assert [(a["name"], a["partition"], a["direction"]) for a in layer["args"]] == [
+        ("input", "dim 0 by grid x", "IN"), ("weight", "whole", "IN"), ("output", "dim 0 by grid x", "OUT")]

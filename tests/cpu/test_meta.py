@@ -1,0 +1,208 @@
+"""The ten meta tensors: default shapes, dtypes and contents, the request count, and the
+validation of user overrides (every MetaTensorError / ConfigError names the rule and the fix)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import mpk_runtime as mpk
+from mpk_runtime import meta, params
+from mpk_runtime.errors import ConfigError, MetaTensorError
+
+CPU = torch.device("cpu")
+I32, I64 = torch.int32, torch.int64
+SIZES = dict(max_num_batched_tokens=6, max_num_batched_requests=3, max_num_pages=7, page_size=2, max_seq_length=1500)
+
+
+def build(**overrides) -> dict[str, torch.Tensor]:
+    p = mpk.PersistentKernel.get_default_init_parameters()
+    p.update(overrides)
+    return meta.build(params.parse(p), CPU)
+
+
+def expected_shapes(requests: int, t: int = 6, r: int = 3, pages: int = 7, seq: int = 1500) -> dict:
+    return {
+        "tokens": ((requests, seq), I64), "step": ((requests,), I32), "prompt_lengths": ((requests,), I32),
+        "input_tokens": ((t,), I64), "output_tokens": ((t,), I64), "num_new_tokens": ((1,), I32),
+        "qo_indptr_buffer": ((r + 1,), I32), "paged_kv_indptr_buffer": ((r + 1,), I32),
+        "paged_kv_indices_buffer": ((pages,), I32), "paged_kv_last_page_len_buffer": ((r,), I32),
+    }
+
+
+def test_ten_meta_tensors_with_their_shapes_and_dtypes():
+    m = build(**SIZES)
+    assert list(m) == list(meta.NAMES) and len(m) == 10
+    got = {name: (tuple(t.shape), t.dtype) for name, t in m.items()}
+    assert got == expected_shapes(requests=1)
+    assert all(t.is_contiguous() and t.device == CPU for t in m.values())
+
+
+def test_default_contents_are_useful():
+    """One request whose prompt is the whole token budget: the first batch is full."""
+    m = build(**SIZES)
+    tokens = m["tokens"].flatten()
+    assert tokens[:3].tolist() == [1, 2, 3]
+    assert tokens[999:1002].tolist() == [1000, 1, 2]  # ids 1..1000, repeating
+    assert int(tokens.min()) == 1 and int(tokens.max()) == 1000
+    assert m["prompt_lengths"].tolist() == [SIZES["max_num_batched_tokens"]]
+    for name in meta.NAMES[3:]:
+        assert not m[name].any(), name  # filled by prepare_next_batch (or sampling)
+    assert m["step"].tolist() == [0]
+
+
+def test_defaults_of_the_default_parameters():
+    m = build()
+    assert {n: tuple(t.shape) for n, t in m.items()} == {
+        n: s for n, (s, _) in expected_shapes(requests=1, t=1, r=1, pages=1, seq=1).items()}
+    assert m["tokens"].tolist() == [[1]] and m["prompt_lengths"].tolist() == [1]
+
+
+@pytest.mark.parametrize("source", ["tokens", "prompt_lengths"])
+def test_total_num_requests_comes_from_tokens_or_prompt_lengths(source):
+    given = {"tokens": torch.ones(4, 1500, dtype=I64), "prompt_lengths": torch.full((4,), 2, dtype=I32)}[source]
+    m = build(**SIZES, meta_tensors={source: given})
+    assert m[source] is given  # overrides are used as they are, not copied
+    assert {n: (tuple(t.shape), t.dtype) for n, t in m.items()} == expected_shapes(requests=4)
+    assert meta.total_num_requests({source: given}) == 4
+
+
+def test_total_num_requests_defaults_to_one():
+    assert meta.total_num_requests({}) == 1
+
+
+def test_tokens_and_prompt_lengths_must_agree_on_the_request_count():
+    with pytest.raises(MetaTensorError, match=r"'prompt_lengths' has shape \(3,\); with these parameters it must be "
+                                              r"\(2,\) \(total_num_requests\)"):
+        build(**SIZES, meta_tensors={"tokens": torch.ones(2, 1500, dtype=I64),
+                                     "prompt_lengths": torch.ones(3, dtype=I32)})
+
+
+def test_unknown_meta_tensor_suggests_the_close_name():
+    with pytest.raises(MetaTensorError, match=r"unknown meta tensor 'prompt_length'; did you mean 'prompt_lengths'\?"):
+        build(meta_tensors={"prompt_length": torch.ones(1, dtype=I32)})
+
+
+def test_unknown_meta_tensor_without_a_close_name_lists_them():
+    with pytest.raises(MetaTensorError, match=r"unknown meta tensor 'xyz'; known: tokens, step, .*paged_kv_last_page_len"):
+        build(meta_tensors={"xyz": torch.ones(1, dtype=I32)})
+
+
+def test_meta_tensor_must_be_a_tensor():
+    with pytest.raises(MetaTensorError, match=r"meta tensor 'step' must be a torch.Tensor, got list"):
+        build(meta_tensors={"step": [0]})
+
+
+@pytest.mark.parametrize(("name", "shape", "wrong"), [
+    ("tokens", (1, 1500), I32), ("step", (1,), I64), ("qo_indptr_buffer", (4,), torch.float32)])
+def test_wrong_dtype_names_the_conversion(name, shape, wrong):
+    right = expected_shapes(1)[name][1]
+    with pytest.raises(MetaTensorError, match=rf"'{name}' has dtype {wrong}; it must be {right}: pass t.to\({right}\)"):
+        build(**SIZES, meta_tensors={name: torch.zeros(shape, dtype=wrong)})
+
+
+RULES = [
+    ("tokens", (1, 1499), I64, "total_num_requests x max_seq_length"),
+    ("input_tokens", (5,), I64, "max_num_batched_tokens"),
+    ("output_tokens", (7,), I64, "max_num_batched_tokens"),
+    ("num_new_tokens", (2,), I32, "one element"),
+    ("qo_indptr_buffer", (3,), I32, "max_num_batched_requests + 1"),
+    ("paged_kv_indptr_buffer", (3,), I32, "max_num_batched_requests + 1"),
+    ("paged_kv_indices_buffer", (6,), I32, "max_num_pages"),
+    ("paged_kv_last_page_len_buffer", (4,), I32, "max_num_batched_requests"),
+]
+
+
+@pytest.mark.parametrize(("name", "shape", "dtype", "rule"), RULES, ids=[r[0] for r in RULES])
+def test_wrong_shape_names_the_rule(name, shape, dtype, rule):
+    want = expected_shapes(1)[name][0]
+    message = f"meta tensor {name!r} has shape {shape}; with these parameters it must be {want} ({rule})"
+    with pytest.raises(MetaTensorError, match=re.escape(message)):
+        build(**SIZES, meta_tensors={name: torch.zeros(shape, dtype=dtype)})
+
+
+def test_non_contiguous_override_is_rejected():
+    tokens = torch.ones(1500, 2, dtype=I64).t()  # shape (2, 1500), strides (1, 2): not row-major
+    assert not tokens.is_contiguous()
+    with pytest.raises(MetaTensorError, match=r"'tokens' is not contiguous; pass t.contiguous\(\)"):
+        build(**SIZES, meta_tensors={"tokens": tokens})
+
+
+def test_strided_1d_override_is_rejected():
+    step = torch.zeros(4, dtype=I32)[::2]  # two requests, every other element
+    assert not step.is_contiguous()
+    with pytest.raises(MetaTensorError, match=r"'step' is not contiguous"):
+        build(**SIZES, meta_tensors={"step": step})
+
+
+@pytest.mark.parametrize("length", [0, -1, 1501])
+def test_prompt_lengths_out_of_range(length):
+    lengths = torch.tensor([5, length], dtype=I32)
+    with pytest.raises(MetaTensorError, match=rf"prompt_lengths\[1\] = {length} must be in \[1, max_seq_length=1500\]"
+                                              r".*raise max_seq_length or shorten the prompt"):
+        build(**SIZES, meta_tensors={"prompt_lengths": lengths})
+
+
+def test_prompt_as_long_as_the_row_is_accepted():
+    m = build(**SIZES, meta_tensors={"prompt_lengths": torch.tensor([1500], dtype=I32)})
+    assert m["prompt_lengths"].tolist() == [1500]
+
+
+def test_default_prompt_longer_than_max_seq_length():
+    with pytest.raises(ConfigError, match=r"default prompt is max_num_batched_tokens=8 tokens long, which does not fit "
+                                          r"max_seq_length=4; set params\['max_seq_length'\] >= 8"):
+        build(max_num_batched_tokens=8, max_seq_length=4, max_num_pages=8)
+
+
+def test_test_mode_page_shortage_names_the_pages_needed():
+    """The first prefill (8 tokens, pages of 2) needs 4 pages; 3 exist."""
+    with pytest.raises(ConfigError, match=r"request 0: its first prefill chunk of 8 tokens needs 4 KV pages of page_size=2, "
+                                          r"but max_num_pages=3; set params\['max_num_pages'\] >= 4"):
+        build(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=3)
+
+
+def test_test_mode_with_enough_pages_is_accepted():
+    m = build(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=4)
+    assert m["prompt_lengths"].tolist() == [8]
+
+
+def test_first_chunk_page_shortage_is_checked_in_every_mode():
+    """Admission waits for free pages, so a first chunk bigger than the whole pool would wait
+    forever: offline mode refuses it at build time too."""
+    with pytest.raises(ConfigError, match=r"request 0: its first prefill chunk of 8 tokens needs 4 KV pages"):
+        build(max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=3)
+    m = build(max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=4)
+    assert m["paged_kv_indices_buffer"].shape == (4,)
+
+
+def test_zero_requests_is_a_meta_tensor_error():
+    with pytest.raises(MetaTensorError, match="tokens"):
+        build(test_mode=True, meta_tensors={"tokens": torch.zeros(0, 1, dtype=I64)})
+
+
+def test_errors_are_value_errors():
+    with pytest.raises(ValueError):
+        build(meta_tensors={"step": torch.zeros(1, dtype=I64)})
+
+
+def test_compile_only_kernel_has_all_meta_tensors(make_pk):
+    pk = make_pk(90, test_mode=True, **SIZES)
+    assert {n: (tuple(t.shape), t.dtype) for n, t in pk.meta_tensors.items()} == expected_shapes(requests=1)
+
+
+def test_compile_only_kernel_validates_overrides(make_pk):
+    with pytest.raises(MetaTensorError, match="'num_new_tokens' has shape"):
+        make_pk(80, meta_tensors={"num_new_tokens": torch.zeros(3, dtype=I32)})
+
+
+def test_compile_only_kernel_checks_the_default_prompt(make_pk):
+    """No GPU is needed to know that the default prompt cannot fit its row."""
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens=8 .* max_seq_length=4"):
+        make_pk(80, max_num_batched_tokens=8, max_seq_length=4, max_num_pages=8)
+
+
+def test_compile_only_kernel_checks_test_mode_pages(make_pk):
+    with pytest.raises(ConfigError, match=r"needs 8 KV pages of page_size=1, but max_num_pages=1"):
+        make_pk(90, test_mode=True, max_num_batched_tokens=8, max_seq_length=8)

@@ -1,0 +1,40 @@
+"""Scene tests of embed: rows of the table for the iteration's tokens (from the meta tensors)."""
+
+import torch
+
+from pytest_mpk import Case, Out, SceneTestCase, scene_test
+
+
+def prompt(params):
+    g = torch.Generator().manual_seed(params["batch"] * 7919 + params["vocab"])
+    return torch.randint(0, params["vocab"], (1, params["batch"]), generator=g, dtype=torch.int64)
+
+
+@scene_test(layer="embed")
+class TestEmbed(SceneTestCase):
+    CASES = [
+        Case("b1_v32000_h4096", batch=1, vocab=32000, hidden=4096, tasks=16),
+        Case("b16_v1000_h1024", batch=16, vocab=1000, hidden=1024, tasks=8),
+        Case("b5_v50_h100", batch=5, vocab=50, hidden=100, tasks=4),  # 25 columns a task: the scalar path
+    ]
+
+    def kernel_params(self, params):
+        b = params["batch"]  # one request whose prompt is the batch: input_tokens = the prompt
+        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b,
+                "meta_tensors": {"tokens": prompt(params)}}
+
+    def generate_args(self, params):
+        return {"weight": torch.randn(params["vocab"], params["hidden"], dtype=torch.bfloat16),
+                "output": Out(torch.empty(params["batch"], params["hidden"], dtype=torch.bfloat16))}
+
+    def build(self, pk, t, params):
+        tokens = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
+        pk.embed_layer(input=tokens, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1),
+                       block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return args.weight[prompt(params)[0]]
+
+
+if __name__ == "__main__":
+    SceneTestCase.run_module(__name__)

@@ -1,0 +1,48 @@
+"""Scene tests of the rmsnorm layer (golden: reference/rmsnorm/pytorch_reference.py)."""
+
+import torch
+from hypothesis import strategies as st
+
+from pytest_mpk import Case, Out, SceneTestCase, scene_test
+
+
+@scene_test(layer="rmsnorm")
+class TestRMSNorm(SceneTestCase):
+    CASES = [
+        Case("b1", batch=1, hidden=4096),
+        Case("b16", batch=16, hidden=4096, archs=("sm90", "sm100")),
+        Case("b16_sm80", batch=16, hidden=4096, archs=("sm80",)),
+        Case("b8_h1024", batch=8, hidden=1024),
+        Case("b5_h1001", batch=5, hidden=1001),  # odd hidden size: the scalar path
+        Case("b64_h8192", batch=64, hidden=8192, manual=True),
+    ]
+    SWEEP = {"batch": st.integers(1, 64), "hidden": st.sampled_from([1024, 4096])}
+
+    def generate_args(self, params):
+        b, h = params["batch"], params["hidden"]
+        return {"input": torch.randn(b, h, dtype=torch.bfloat16),
+                "weight": torch.randn(h, dtype=torch.bfloat16),
+                "output": Out(torch.empty(b, h, dtype=torch.bfloat16))}
+
+    def build(self, pk, t, params):
+        pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output,
+                         grid_dim=(params["batch"], 1, 1), block_dim=pk.block_dim)
+
+
+@scene_test(layer="rmsnorm")
+class TestRMSNormFp16(SceneTestCase):
+    CASES = [Case("b4_rows2", batch=4, hidden=2048, tasks=2)]
+
+    def generate_args(self, params):
+        b, h = params["batch"], params["hidden"]
+        return {"input": torch.randn(b, h, dtype=torch.float16),
+                "weight": torch.randn(h, dtype=torch.float16),
+                "output": Out(torch.empty(b, h, dtype=torch.float16))}
+
+    def build(self, pk, t, params):
+        pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output,
+                         grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
+
+
+if __name__ == "__main__":
+    SceneTestCase.run_module(__name__)
