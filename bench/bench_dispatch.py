@@ -108,6 +108,7 @@ def main() -> None:
         rows.append({"graph": shape, "placement": placement, "n0": n0, "n1": n1, "t0_us": t0, "t1_us": t1,
                      "per_task_us": per_task, "cuda_graph_per_node_us": graph_per_node,
                      "ratio_to_cuda_graph": per_task / graph_per_node})
+        print(f"{shape} {placement}: {per_task:.3f} us/task", flush=True)
     timing.save("bench_dispatch", {**facts, "rows": rows})
     print(f"{facts['device']} ({facts['sms']} SMs), driver {facts['driver']}, torch {facts['torch']}, {facts['date']}")
     print(f"CUDA graph of empty kernels (dependent chain): {graph_per_node:.3f} us/node")

@@ -8,6 +8,7 @@ Program order is a topological order of the result, which the scheduler relies o
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,7 @@ class TaskGraph:
         self._reads: dict[str, list[tuple[int, Region]]] = {}
         self._writes: dict[str, list[tuple[int, Region]]] = {}
         self._layer_counts: dict[str, int] = {}
+        self._memory: dict[str, tuple[list[int], list[tuple[int, int, str]]]] = {}  # device -> sorted ranges
 
     # -- tensors ---------------------------------------------------------------------------------
     def add_tensor(self, data: torch.Tensor, name: str, kind: str) -> DTensor:
@@ -150,21 +152,22 @@ class TaskGraph:
 
     def _check_no_alias(self, data: torch.Tensor, name: str) -> None:
         """Dependencies are tracked per tensor, so two attached tensors must not share memory: a write
-        through one would not order a read through the other."""
+        through one would not order a read through the other. Attached ranges never overlap, so a
+        sorted index per device answers with the two neighbours of the new range."""
         if data.device.type == "meta" or data.numel() == 0:
             return
         lo = data.data_ptr()
         hi = lo + data.numel() * data.element_size()
-        for other in self.tensors.values():
-            o = other.data
-            if o.device != data.device or o.device.type == "meta" or o.numel() == 0:
-                continue
-            olo = o.data_ptr()
-            if lo < olo + o.numel() * o.element_size() and olo < hi:
+        starts, spans = self._memory.setdefault(str(data.device), ([], []))
+        i = bisect.bisect_left(starts, lo)
+        for j in (i - 1, i):
+            if 0 <= j < len(starts) and spans[j][0] < hi and lo < spans[j][1]:
                 raise GraphError(
-                    f"tensor {name!r} shares memory with {other.name!r} (the same tensor, or views of one storage); "
+                    f"tensor {name!r} shares memory with {spans[j][2]!r} (the same tensor, or views of one storage); "
                     f"attach each buffer once and pass the same handle to every layer that uses it"
                 )
+        starts.insert(i, lo)
+        spans.insert(i, (lo, hi, name))
 
     def own(self, value: Any, arg: str, layer: str) -> DTensor:
         """``value`` as a tensor of this graph, or a GraphError that says how to attach it."""

@@ -78,6 +78,7 @@ class PersistentKernel:
         self._replay: tuple[str, dict] | None = None  # (source, graph) of from_artifacts
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
+        self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
         self.build_result: build.BuildResult | None = None
 
     @classmethod

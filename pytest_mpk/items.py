@@ -60,6 +60,9 @@ class SceneClass(pytest.Collector):
         if not isinstance(cls.SWEEP, dict):
             raise self.CollectError(f"{where}: SWEEP must be a dict of parameter name -> Hypothesis strategy")
         keys = tuple(cls.PARAMS or (cls.SWEEP.keys() if cls.SWEEP else (cases[0].params.keys() if cases else ())))
+        unswept = [k for k in keys if cls.SWEEP and k not in cls.SWEEP]
+        if unswept:
+            raise self.CollectError(f"{where}: SWEEP lacks strategies for {unswept} (the scene's parameters are {list(keys)})")
         for c in cases:
             unknown = [k for k in c.params if k not in keys]
             for k in unknown:
@@ -188,10 +191,7 @@ class SweepItem(_SceneItem):
         from hypothesis import given, settings
         from hypothesis import strategies as st
 
-        sweep = self.scene_class.cls.SWEEP
-        missing = [k for k in self.keys if k not in sweep]
-        if missing:
-            raise ValueError(f"SWEEP lacks strategies for {missing} (the scene's parameters are {list(self.keys)})")
+        sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
 
         @settings(deadline=None)  # every example compiles a kernel: seconds, not milliseconds
         @given(params=st.fixed_dictionaries(sweep))

@@ -66,6 +66,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """The Hypothesis profiles, registered before any conftest runs: a conftest's profile of the same
+    name replaces ours, and ours replace Hypothesis' built-in ``ci``."""
+    from . import profiles
+
+    profiles.register()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -74,9 +83,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "mpk_gpus(n): this test needs n GPUs; skipped with fewer")
     config.addinivalue_line("markers", "mpk_slow: a slow test (deselect with -m 'not mpk_slow')")
     config.addinivalue_line("markers", "mpk_params(**params): PersistentKernel init parameters for the pk fixture")
-    from . import profiles
-
-    profiles.register()
     mpk = MpkSession(config)
     config.stash[SESSION_KEY] = mpk
     config.pluginmanager.register(mpk, "mpk-session")

@@ -1,11 +1,11 @@
 """Hypothesis profiles for scene sweeps: ``dev`` (quick), ``ci`` (reproducible: derandomized, no
 example database) and ``thorough``. None has a deadline: every example compiles a kernel. Pick one
-with ``--hypothesis-profile NAME``; a profile of the same name defined by the project wins."""
+with ``--hypothesis-profile NAME``; a profile of the same name registered by the project's conftest
+files wins (the plugin registers its own before they run)."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
-from hypothesis.errors import InvalidArgument
 
 PROFILES = {
     "dev": dict(max_examples=10, deadline=None),
@@ -16,8 +16,7 @@ PROFILES = {
 
 
 def register() -> None:
+    """Register every profile, replacing one of the same name (Hypothesis' own ``ci``, say, whose
+    100 examples would each compile a kernel)."""
     for name, kwargs in PROFILES.items():
-        try:
-            settings.get_profile(name)
-        except InvalidArgument:
-            settings.register_profile(name, **kwargs)
+        settings.register_profile(name, **kwargs)

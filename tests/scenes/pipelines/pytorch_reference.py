@@ -1,7 +1,5 @@
 """References of the pipelines in this folder, composed from the layers' canonical references."""
 
-import torch
-
 from mpk_runtime.references import find
 
 rmsnorm = find("rmsnorm")

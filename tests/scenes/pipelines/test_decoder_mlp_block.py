@@ -35,7 +35,7 @@ class TestDecoderMLPBlock(SceneTestCase):
                 "tokens": Out(torch.empty(b, dtype=torch.int64))}
 
     def build(self, pk, t, params):
-        b, v, h, i, tasks = params["batch"], params["vocab"], params["hidden"], params["inter"], params["tasks"]
+        b, h, i, tasks = params["batch"], params["hidden"], params["inter"], params["tasks"]
         bd, bf = pk.block_dim, torch.bfloat16
         ids = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
         emb = pk.new_tensor((b, h), bf, "emb")

@@ -1,0 +1,105 @@
+"""A case's artifact directory: what a failure keeps there (inputs, actual and expected outputs,
+the generated sources, the repro line), that a pass leaves nothing unless --mpk-keep-artifacts,
+where it lives, and that the repro line reruns the failing item alone."""
+
+from __future__ import annotations
+
+import glob
+import json
+import shlex
+
+import pytest
+import torch
+
+SCENE = """
+from pytest_mpk import Case, scene_test
+from scenes import NormScene, rmsnorm
+
+@scene_test(layer="rmsnorm")
+class TestNorm(NormScene):
+    CASES = [Case("good", batch=2, hidden=256, off=0.0), Case("bad", batch=2, hidden=256, off=1.0),
+             Case("worse", batch=2, hidden=256, off=2.0)]
+
+    def compute_golden(self, args, params):
+        return rmsnorm(args.input, args.weight) + params["off"]
+"""
+SOURCES = {"test_rank0.cu", "task_graph_rank0.json", "signature_rank0.json"}
+
+
+def case_dir(pytester: pytest.Pytester, case: str, root: str = ".mpk-artifacts"):
+    return pytester.path / root / f"test_scene.py_TestNorm_{case}_sm90"
+
+
+def test_failure_keeps_what_reproduces_it(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-k", "good or bad")
+    result.assert_outcomes(passed=1, failed=1)
+
+    assert not case_dir(pytester, "good").exists()
+    kept = case_dir(pytester, "bad")
+    assert {p.name for p in kept.iterdir()} == SOURCES | {"inputs.pt", "actual.pt", "expected.pt", "repro.txt"}
+    inputs, actual, expected = (torch.load(kept / f) for f in ("inputs.pt", "actual.pt", "expected.pt"))
+    assert sorted(inputs) == ["input", "output", "weight"] and sorted(actual) == sorted(expected) == ["output"]
+    # The kernel computed rmsnorm of the saved inputs; the (wrong) golden is 1 more.
+    torch.testing.assert_close(actual["output"] + 1.0, expected["output"])
+    signature = json.loads((kept / "signature_rank0.json").read_text())
+    assert [(t["name"], t["shape"], t["direction"]) for t in signature["tensors"]] == [
+        ("input", [2, 256], "IN"), ("weight", [256], "IN"), ("output", [2, 256], "OUT")]
+    repro = (kept / "repro.txt").read_text().strip()
+    result.stdout.fnmatch_lines([f"artifacts: {glob.escape(str(kept))} (*", f"repro: {glob.escape(repro)}"])
+
+
+def test_keep_artifacts_keeps_the_sources_of_passing_cases(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    pytester.runpytest_inprocess("-k", "good", "--mpk-keep-artifacts").assert_outcomes(passed=1)
+    assert {p.name for p in case_dir(pytester, "good").iterdir()} == SOURCES
+
+
+def test_a_rerun_starts_from_an_empty_directory(pytester: pytest.Pytester, scenes) -> None:
+    """What a failure left is removed when the case passes the next time."""
+    pytester.makepyfile(test_scene=SCENE)
+    pytester.runpytest_inprocess("-k", "bad").assert_outcomes(failed=1)
+    assert case_dir(pytester, "bad").is_dir()
+    pytester.makepyfile(test_scene=SCENE.replace("off=1.0", "off=0.0"))
+    pytester.runpytest_inprocess("-k", "bad").assert_outcomes(passed=1)
+    assert not case_dir(pytester, "bad").exists()
+
+
+@pytest.mark.parametrize("how", ["option", "ini", "absolute"])
+def test_where_artifacts_go(pytester: pytest.Pytester, scenes, how: str) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    args = ["-k", "bad"]
+    root = "out/mpk"
+    if how == "option":
+        args += ["--mpk-artifacts-dir", root]
+    elif how == "ini":
+        pytester.makeini(f"[pytest]\nmpk_artifacts_dir = {root}\n")
+    else:
+        root = str(pytester.path / "abs")
+        args += ["--mpk-artifacts-dir", root]
+    result = pytester.runpytest_inprocess(*args)
+    result.assert_outcomes(failed=1)
+    assert (case_dir(pytester, "bad", root) / "repro.txt").is_file()
+    assert not (pytester.path / ".mpk-artifacts").exists()
+
+
+def test_repro_line_reruns_the_failing_item_alone(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    pytester.runpytest_inprocess("--arch", "sm90", "--mpk-backend", "emulate").assert_outcomes(passed=1, failed=2)
+    repro = (case_dir(pytester, "worse") / "repro.txt").read_text().strip()
+    assert repro == "pytest 'test_scene.py::TestNorm::worse[sm90]' -p mpk --arch sm90 --mpk-backend emulate"
+
+    command, *args = shlex.split(repro)
+    assert command == "pytest"
+    result = pytester.runpytest_inprocess(*args, "-v")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*collected 1 item", "test_scene.py::TestNorm::worse[[]sm90[]] FAILED*",
+                                 f"repro: {glob.escape(repro)}"])
+
+
+def test_repro_line_of_a_manual_case_selects_it(pytester: pytest.Pytester, scenes) -> None:
+    """A manual case runs only when picked with --mpk-case, so its repro line picks it."""
+    pytester.makepyfile(test_scene=SCENE.replace('off=2.0)', 'off=2.0, manual=True)'))
+    pytester.runpytest_inprocess("--mpk-case", "TestNorm::worse").assert_outcomes(failed=1)
+    repro = (case_dir(pytester, "worse") / "repro.txt").read_text().strip()
+    pytester.runpytest_inprocess(*shlex.split(repro)[1:]).assert_outcomes(failed=1)

@@ -1,0 +1,91 @@
+"""Which backend ran each case, as the report says it: the verbose status ("PASSED [backend]"), the
+terminal summary ("mpk backends: ..."), and the --mpk-backend choices on a machine without a GPU.
+Nothing that did not run on a GPU is reported as run on one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SCENE = """
+from pytest_mpk import Case, scene_test
+from scenes import NormScene, rmsnorm
+
+@scene_test(layer="rmsnorm")
+class TestNorm(NormScene):
+    CASES = [Case("good", batch=2, hidden=256, off=0.0), Case("bad", batch=2, hidden=256, off=1.0),
+             Case("other_arch", batch=2, hidden=256, off=0.0, archs=("sm100",))]
+
+    def compute_golden(self, args, params):
+        return rmsnorm(args.input, args.weight) + params["off"]
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.mark.parametrize("args", [[], ["--mpk-backend", "auto"], ["--mpk-backend", "emulate"]])
+def test_without_a_gpu_cases_are_emulated(pytester: pytest.Pytester, scenes, args: list[str]) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-v", *args)
+    result.assert_outcomes(passed=2, failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+        "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+        "test_scene.py::TestNorm::other_arch[[]sm90[]] SKIPPED*",
+        "test_scene.py::test_plain PASSED*",
+        "backend: emulated+compiled (sm90)",
+        "*- mpk backends: 2 emulated+compiled -*",
+    ])
+    result.stdout.no_fnmatch_line("*test_plain PASSED [[]*")  # a test that ran no kernel has no backend
+    result.stdout.no_fnmatch_line("*[[]gpu[]]*")
+
+
+def test_quiet_run_still_has_the_summary(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-q", "-k", "good")
+    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated+compiled -*", "1 passed, 3 deselected*"])
+
+
+def test_compile_only_builds_and_runs_nothing(pytester: pytest.Pytester, scenes) -> None:
+    """compile-only: every case is built for its arch (even sm100 here) and reported as "compiled";
+    nothing runs, so there is nothing to compare and a wrong golden cannot fail it."""
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-v", "--mpk-backend", "compile-only", "--arch", "sm90", "--arch", "sm100",
+                                          "-k", "not plain", "--mpk-keep-artifacts")
+    result.assert_outcomes(passed=5, skipped=1)
+    result.stdout.fnmatch_lines([
+        "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]compiled[]]*",
+        "test_scene.py::TestNorm::bad[[]sm90[]] PASSED [[]compiled[]]*",
+        "test_scene.py::TestNorm::good[[]sm100[]] PASSED [[]compiled[]]*",
+        "test_scene.py::TestNorm::bad[[]sm100[]] PASSED [[]compiled[]]*",
+        "test_scene.py::TestNorm::other_arch[[]sm100[]] PASSED [[]compiled[]]*",
+        "*- mpk backends: 5 compiled -*",
+    ])
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_good_sm100"
+    assert json.loads((kept / "signature_rank0.json").read_text())["arch"] == "sm100"
+
+
+def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    pytester.makeini("[pytest]\nmpk_backend = compile-only\n")
+    result = pytester.runpytest_inprocess("-q", "-k", "good")
+    result.stdout.fnmatch_lines(["*- mpk backends: 1 compiled -*"])
+    result = pytester.runpytest_inprocess("-q", "-k", "good", "--mpk-backend", "emulate")
+    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated+compiled -*"])
+
+
+def test_gpu_backend_without_a_gpu_fails_the_cases(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-k", "good", "--mpk-backend", "gpu")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*--mpk-backend gpu cannot run sm90 here (no GPU is visible); use --mpk-backend auto "
+                                 "or emulate"])
+    result.stdout.no_fnmatch_line("*mpk backends*")
+
+
+def test_unknown_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess("--mpk-backend", "cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*argument --mpk-backend: invalid choice: 'cpu' (choose from *auto*gpu*emulate*compile-only*)"])

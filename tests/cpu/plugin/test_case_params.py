@@ -1,0 +1,62 @@
+"""The PersistentKernel parameters a scene case runs with: test mode, the arch, the emulator's
+workers, the session's hang timeout, then the scene's ``kernel_params(params)``. The signature
+kept with --mpk-keep-artifacts records them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SCENE = """
+from pytest_mpk import Case, scene_test
+from scenes import NormScene
+
+@scene_test(layer="rmsnorm")
+class TestNorm(NormScene):
+    CASES = [Case("b2", batch=2, hidden=256)]
+
+    def kernel_params(self, params):
+        return {KERNEL_PARAMS}
+"""
+
+
+def signature_params(pytester: pytest.Pytester) -> dict:
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_b2_sm90" / "signature_rank0.json"
+    return json.loads(kept.read_text())["params"]
+
+
+def test_default_parameters(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE.replace("{KERNEL_PARAMS}", "{}"))
+    pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
+    params = signature_params(pytester)
+    assert params["test_mode"] is True
+    assert params["num_workers"] == 8  # runner.EMULATED_WORKERS
+    assert params["watchdog_timeout"] == 5.0
+
+
+def test_kernel_params_and_hang_timeout(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE.replace(
+        "{KERNEL_PARAMS}", "{'max_num_pages': params['batch'] + 1, 'placement': 'round_robin'}"))
+    pytester.makeini("[pytest]\nmpk_hang_timeout = 9\n")
+    pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
+    params = signature_params(pytester)
+    assert (params["max_num_pages"], params["placement"], params["watchdog_timeout"]) == (3, "round_robin", 9.0)
+
+    pytester.runpytest_inprocess("--mpk-keep-artifacts", "--mpk-hang-timeout", "2.5").assert_outcomes(passed=1)
+    assert signature_params(pytester)["watchdog_timeout"] == 2.5  # the option wins over the ini key
+
+
+def test_a_wrong_kernel_param_names_the_right_one(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE.replace("{KERNEL_PARAMS}", "{'max_num_pagez': 3}"))
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["ConfigError: unknown PersistentKernel parameter 'max_num_pagez'; "
+                                 "did you mean 'max_num_pages'?"])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])
+def test_bad_hang_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    result = pytester.runpytest_inprocess(f"--mpk-hang-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*argument --mpk-hang-timeout: expected a positive number of seconds, got '{value}'"])

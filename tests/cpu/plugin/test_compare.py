@@ -1,0 +1,155 @@
+"""compare.py: tolerances per dtype (integers exact), the poison outputs are filled with, and the
+mismatch report (counts, NaN / inf positions, never-written elements, worst elements first)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pytest_mpk import compare
+from pytest_mpk.compare import MismatchError, check, poison, tolerance
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [
+    (torch.bfloat16, (1.6e-2, 1e-2)),
+    (torch.float16, (2e-3, 2e-3)),
+    (torch.float32, (1e-5, 1e-6)),
+    (torch.float64, (1e-7, 1e-9)),
+    (torch.float8_e4m3fn, (1e-5, 1e-6)),  # a float type without its own entry: the strict fallback
+    (torch.int32, (0.0, 0.0)),
+    (torch.int64, (0.0, 0.0)),
+    (torch.uint8, (0.0, 0.0)),
+    (torch.bool, (0.0, 0.0)),
+])
+def test_default_tolerances(dtype: torch.dtype, expected: tuple[float, float]) -> None:
+    assert tolerance(dtype) == expected
+
+
+def test_overrides_replace_one_default_at_a_time() -> None:
+    assert tolerance(torch.bfloat16, rtol=0.1) == (0.1, 1e-2)
+    assert tolerance(torch.bfloat16, atol=0.0) == (1.6e-2, 0.0)
+    assert tolerance(torch.int32, atol=1) == (0.0, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_floats_are_poisoned_with_nan(dtype: torch.dtype) -> None:
+    t = torch.zeros(2, 3, dtype=dtype)
+    assert poison(t) is t
+    assert t.isnan().all()
+
+
+@pytest.mark.parametrize(("dtype", "value"), [
+    (torch.int8, -128), (torch.int16, -(2**15)), (torch.int32, -(2**31)), (torch.int64, -(2**63)),
+    (torch.uint8, 255), (torch.uint16, 2**16 - 1), (torch.uint32, 2**32 - 1), (torch.uint64, 2**64 - 1),
+    (torch.bool, True),
+])
+def test_integers_are_poisoned_far_from_zero(dtype: torch.dtype, value: int) -> None:
+    """The signed minimum; the unsigned maximum, since 0 is what kernels write most."""
+    t = poison(torch.zeros(2, 3, dtype=dtype))
+    assert (t == value).all()
+
+
+def test_a_match_passes() -> None:
+    x = torch.randn(4, 8)
+    check("out", x.clone(), x)
+    check("out", x.bfloat16(), x.double())  # the golden is compared in the output's dtype
+    check("ids", torch.arange(5, dtype=torch.int32), torch.arange(5, dtype=torch.int32))
+
+
+def report_of(actual: torch.Tensor, expected: torch.Tensor, **tolerances) -> list[str]:
+    with pytest.raises(MismatchError) as e:
+        check("out", actual, expected, **tolerances)
+    return str(e.value).splitlines()
+
+
+def test_report_counts_and_worst_elements_first() -> None:
+    expected = torch.zeros(4, 8)
+    actual = expected.clone()
+    actual[0, 1], actual[2, 5], actual[3, 7] = 0.5, -3.0, 1.0
+    lines = report_of(actual, expected)
+    assert lines == [
+        "output 'out' (float32, shape (4, 8)) differs from the golden (rtol=1e-05, atol=1e-06): 3 of 32 elements (9.38%)",
+        "  worst elements (index: actual vs expected, |diff|):",
+        "    (2, 5): -3 vs 0, 3",
+        "    (3, 7): 1 vs 0, 1",
+        "    (0, 1): 0.5 vs 0, 0.5",
+    ]
+
+
+def test_report_lists_at_most_the_eight_worst() -> None:
+    expected = torch.zeros(100)
+    actual = torch.arange(100, dtype=torch.float32)
+    lines = report_of(actual, expected)
+    assert lines[0].endswith("99 of 100 elements (99%)")
+    worst = lines[2:]
+    assert len(worst) == compare.WORST == 8
+    assert worst[0] == "    (99,): 99 vs 0, 99" and worst[-1] == "    (92,): 92 vs 0, 92"
+
+
+def test_report_locates_nan_and_inf() -> None:
+    expected = torch.ones(3, 4)
+    actual = expected.clone()
+    actual[1, 2] = math.nan
+    actual[2, 0] = math.inf
+    actual[2, 3] = -math.inf
+    lines = report_of(actual, expected)
+    assert lines[0].endswith("3 of 12 elements (25%)")
+    assert lines[1] == ("  NaN in the output: 1, first at (1, 2) (outputs are poisoned with NaN before the run: "
+                        "likely never written)")
+    assert lines[2] == "  inf in the output: 2, first at (2, 0), (2, 3)"
+    assert lines[4].startswith("    (1, 2): nan vs 1")  # NaN counts as the worst
+
+
+def test_nan_in_the_golden_never_matches() -> None:
+    nan = torch.full((2,), math.nan)
+    lines = report_of(nan.clone(), nan)
+    assert lines[0].endswith("2 of 2 elements (100%)")
+
+
+def test_nan_positions_are_the_first_five() -> None:
+    lines = report_of(poison(torch.empty(3, 3)), torch.zeros(3, 3))
+    assert lines[1].startswith("  NaN in the output: 9, first at (0, 0), (0, 1), (0, 2), (1, 0), (1, 1) (")
+
+
+def test_integers_are_exact_and_unwritten_ones_are_named() -> None:
+    expected = torch.tensor([10, 20, 30, 40], dtype=torch.int32)
+    actual = expected.clone()
+    actual[1] = 21
+    actual[3] = torch.iinfo(torch.int32).min
+    lines = report_of(actual, expected)
+    assert lines[0] == ("output 'out' (int32, shape (4,)) differs from the golden (rtol=0, atol=0): "
+                        "2 of 4 elements (50%)")
+    assert lines[1] == "  1 elements still hold the poison value -2147483648: never written"
+    assert lines[-1] == "    (1,): 21 vs 20, 1"
+    check("out", actual, expected, atol=2**32)  # a tolerance given for an integer output is honoured
+
+
+def test_unsigned_unwritten_elements_hold_the_maximum() -> None:
+    expected = torch.zeros(4, dtype=torch.uint8)
+    actual = poison(torch.empty(4, dtype=torch.uint8))
+    actual[:2] = 0
+    lines = report_of(actual, expected)
+    assert lines[1] == "  2 elements still hold the poison value 255: never written"
+
+
+def test_tolerances_decide_within_and_beyond() -> None:
+    expected = torch.full((4,), 100.0)
+    actual = expected * (1 + 1e-3)
+    check("out", actual.bfloat16(), expected)  # within bfloat16's defaults
+    assert report_of(actual, expected)[0].endswith("4 of 4 elements (100%)")  # beyond float32's
+    check("out", actual, expected, rtol=2e-3)
+    check("out", actual, expected, atol=0.2)
+    assert "(rtol=0.0001, atol=0.05)" in report_of(actual, expected, rtol=1e-4, atol=0.05)[0]
+
+
+@pytest.mark.parametrize(("actual", "expected", "message"), [
+    (torch.zeros(2, 3), torch.zeros(3, 2), "output 'out': shape (2, 3), but the golden has (3, 2)"),
+    (torch.zeros(4), torch.zeros(2, 2), "output 'out': shape (4,), but the golden has (2, 2)"),
+    (torch.zeros(2), [0.0, 0.0], "output 'out': the golden is a list, not a tensor"),
+])
+def test_wrong_shape_or_type_of_golden(actual, expected, message: str) -> None:
+    with pytest.raises(MismatchError) as e:
+        check("out", actual, expected)
+    assert str(e.value) == message

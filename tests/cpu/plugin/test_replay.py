@@ -1,0 +1,93 @@
+"""Replaying a compile output directory (a case's artifacts kept with --mpk-keep-artifacts): with no
+scene at all (``pytest -p mpk DIR``), or with the scene's inputs and golden (``--mpk-replay DIR``);
+an edited test_rank0.cu is rebuilt, and inputs that do not fit the saved signature are refused."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+from pathlib import Path
+
+import pytest
+
+SCENE = """
+from pytest_mpk import Case, scene_test
+from scenes import NormScene
+
+@scene_test(layer="rmsnorm")
+class TestNorm(NormScene):
+    CASES = [Case("b2", batch=2, hidden=256), Case("wide", batch=2, hidden=512)]
+"""
+FILES = ["signature_rank0.json", "task_graph_rank0.json", "test_rank0.cu"]
+
+
+def kept_case(pytester: pytest.Pytester) -> Path:
+    """Run TestNorm::b2 keeping its artifacts; its compile output directory."""
+    pytester.makepyfile(test_scene=SCENE)
+    pytester.runpytest_inprocess("--mpk-case", "TestNorm::b2", "--mpk-keep-artifacts").assert_outcomes(passed=1)
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_b2_sm90"
+    assert sorted(p.name for p in kept.iterdir()) == FILES
+    return kept
+
+
+def test_directory_replays_with_no_scene(pytester: pytest.Pytester, scenes) -> None:
+    """Inputs from the signature, golden from a second emulated run: neither the scene file nor its
+    folder is needed."""
+    saved = shutil.copytree(kept_case(pytester), pytester.path / "saved")
+    for scene_file in ("test_scene.py", "scenes.py"):
+        (pytester.path / scene_file).unlink()
+    result = pytester.runpytest_inprocess("-p", "mpk", "saved", "-v", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+        "*_ replay of " + glob.escape(str(saved)) + " _*",
+        "module from the cache: *",
+        "*- mpk backends: 1 emulated+compiled -*",
+    ])
+
+    result = pytester.runpytest_inprocess("-p", "mpk", "saved", "-v", "--mpk-backend", "compile-only")
+    result.stdout.fnmatch_lines(["saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]compiled[]]*"])
+
+
+def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytester, scenes) -> None:
+    kept = kept_case(pytester)
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-v", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+        f"replayed {glob.escape(str(kept))}",
+        "module from the cache: *",
+    ])
+    assert sorted(p.name for p in kept.iterdir()) == FILES  # the replayed directory is left as it was
+
+
+def test_edited_source_is_rebuilt(pytester: pytest.Pytester, scenes) -> None:
+    kept = kept_case(pytester)
+    source = kept / "test_rank0.cu"
+    source.write_text(source.read_text() + f"// edited by {pytester.path.name}\n")  # a source no other test builds
+
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["replayed *", "module built: *"])
+    assert source.read_text().endswith(f"// edited by {pytester.path.name}\n")
+
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA")  # the edited source, built once
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["module from the cache: *"])
+
+
+def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytester, scenes) -> None:
+    kept = kept_case(pytester)
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::wide")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        f"ShapeError: replay of {glob.escape(str(kept))}: tensor 'input' must be fp32 (2, 256), got fp32 (2, 512)"])
+
+
+def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    empty = pytester.mkdir("empty")
+    result = pytester.runpytest_inprocess("--mpk-replay", str(empty), "--mpk-case", "TestNorm::b2")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"GraphError: {glob.escape(str(empty))} is not a compile output directory of rank 0: "
+                                 "missing *test_rank0.cu*"])

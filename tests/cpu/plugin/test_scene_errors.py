@@ -1,0 +1,148 @@
+"""Mistakes in a scene class are collection errors that say what is wrong and how to fix it,
+found before anything is built or run."""
+
+from __future__ import annotations
+
+import glob
+import textwrap
+
+import pytest
+
+HEADER = """
+import torch
+from hypothesis import strategies as st
+from pytest_mpk import Case, InOut, Out, SceneTestCase, scene_test
+from scenes import NormScene
+"""
+
+MISTAKES = {
+    "unknown_key_near": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("typo", batch=2, hiden=256)]
+        """, "TestNorm: Case 'typo' has an unknown key 'hiden'; did you mean 'hidden'?"),
+    "unknown_key_far": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("odd", batch=2, hidden=256, zzz=1)]
+        """, "TestNorm: Case 'odd' has an unknown key 'zzz'; the parameters are batch, hidden"),
+    "missing_key": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("short", batch=2)]
+        """, "TestNorm: Case 'short' lacks 'hidden'"),
+    "missing_key_of_params": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            PARAMS = ("batch", "hidden", "eps")
+            CASES = [Case("b2", batch=2, hidden=256)]
+        """, "TestNorm: Case 'b2' lacks 'eps'"),
+    "no_build": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(SceneTestCase):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                return {"output": Out(torch.empty(2))}
+        """, "TestNorm: define build(self, pk, t, params)"),
+    "no_generate_args": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(SceneTestCase):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def build(self, pk, t, params):
+                pass
+        """, "TestNorm: define generate_args(self, params)"),
+    "no_outputs": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                return {"input": torch.randn(2, 256), "weight": torch.randn(256), "output": torch.empty(2, 256)}
+        """, "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
+             "output, e.g. 'output': Out(torch.empty(...))"),
+    "no_golden": ("""
+        @scene_test(layer="nosuchlayer")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+        """, ("TestNorm: no golden: no reference function 'nosuchlayer' found (looked in ", "/pytorch_reference.py, ",
+                     "/reference/nosuchlayer/pytorch_reference.py); define def nosuchlayer(...) in "
+                     "reference/nosuchlayer/pytorch_reference.py; or define compute_golden(self, args, params)")),
+    "duplicate_names": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("w", batch=2, hidden=512), Case("b2", batch=2, hidden=512),
+                     Case("w", batch=2, hidden=256)]
+        """, "TestNorm: case names must be unique; repeated: b2, w"),
+    "not_cases": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [{"name": "b2", "batch": 2, "hidden": 256}]
+        """, "TestNorm: CASES must be a list of Case(...), got [{'name': 'b2', 'batch': 2, 'hidden': 256}]"),
+    "one_case_not_a_list": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = Case("b2", batch=2, hidden=256)
+        """, ("TestNorm: CASES must be a list of Case(...), got Case(name='b2'", "")),
+    "nothing_to_test": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            pass
+        """, "TestNorm: no CASES and no SWEEP: nothing to test"),
+    "sweep_not_a_dict": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            SWEEP = [st.integers(1, 4)]
+        """, "TestNorm: SWEEP must be a dict of parameter name -> Hypothesis strategy"),
+    "sweep_lacks_a_parameter": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            PARAMS = ("batch", "hidden")
+            SWEEP = {"batch": st.just(2)}
+        """, "TestNorm: SWEEP lacks strategies for ['hidden'] (the scene's parameters are ['batch', 'hidden'])"),
+    "bad_case_arch": ("""
+        CASE = Case("b2", batch=2, hidden=256, archs=("sm90", "sm70"))
+        """, "E   ValueError: Case 'b2': archs ['sm70'] are not targets; use some of sm80, sm90, sm100"),
+    "bad_case_name": ("""
+        CASE = Case("b 2", batch=2, hidden=256)
+        """, "E   ValueError: Case name 'b 2' must be a non-empty string without spaces, '[', ']', ':' or '/'"),
+    "bad_layer": ("""
+        @scene_test(layer="rms-norm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+        """, "E   ValueError: scene_test(layer='rms-norm'): layer must name a layer, e.g. 'rmsnorm'"),
+    "not_a_scene_class": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm:
+            CASES = [Case("b2", batch=2, hidden=256)]
+        """, "E   TypeError: @scene_test decorates SceneTestCase subclasses, not <class 'test_scene.TestNorm'>"),
+}
+
+
+@pytest.mark.parametrize(("source", "message"), MISTAKES.values(), ids=MISTAKES.keys())
+def test_scene_mistake_is_a_collection_error(pytester: pytest.Pytester, scenes, source: str,
+                                             message: str | tuple[str, ...]) -> None:
+    """``message``: the line expected, literally; a tuple: its literal parts, anything between them."""
+    parts = (message,) if isinstance(message, str) else message
+    pytester.makepyfile(test_scene=HEADER + textwrap.dedent(source))
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*ERROR collecting test_scene.py*", "*".join(glob.escape(part) for part in parts)])
+
+
+def test_a_mistake_fails_only_its_own_class(pytester: pytest.Pytester, scenes) -> None:
+    """With --continue-on-collection-errors the other scenes of the file still run."""
+    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+        @scene_test(layer="rmsnorm")
+        class TestGood(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+        @scene_test(layer="rmsnorm")
+        class TestBad(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("b4", batch=4, hiden=256)]
+    """))
+    result = pytester.runpytest_inprocess("--continue-on-collection-errors", "-rE")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["ERROR test_scene.py::TestBad"])

@@ -1,0 +1,101 @@
+"""SWEEP: one Hypothesis item per arch that draws params from the strategies, runs each draw as a
+case, and on failure shrinks to the minimal failing params, which the failure shows; and the
+plugin's Hypothesis profiles (few examples: each one compiles a kernel).
+
+ProbeScene's build does not depend on the batch, so every example reuses one cached module.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import settings
+
+from pytest_mpk import profiles
+
+SWEEP = """
+from hypothesis import strategies as st
+from pytest_mpk import Case, scene_test
+from scenes import ProbeScene
+
+@scene_test(layer="probe")
+class TestProbe(ProbeScene):
+    SWEEP = {{"batch": st.integers(1, 8)}}
+
+    def compute_golden(self, args, params):
+        expected = super().compute_golden(args, params)
+        return expected + ({wrong} if params["batch"] >= 3 else 0)
+"""
+
+
+def test_sweep_passes_when_every_example_does(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SWEEP.format(wrong=0))
+    result = pytester.runpytest_inprocess("-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_scene.py::TestProbe::sweep[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+                                 "*- mpk backends: 1 emulated+compiled -*"])
+
+
+def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, scenes) -> None:
+    """The golden is wrong only from batch 3 on: the failure is reported for batch=3, whatever
+    batch Hypothesis first failed with, and its artifacts and repro line are those of that example."""
+    pytester.makepyfile(test_scene=SWEEP.format(wrong=1))
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ TestProbe::sweep[[]sm90[]] _*",
+        "output 'y' (int32, shape (3, 4)) differs from the golden (rtol=0, atol=0): 12 of 12 elements (100%)",
+        "params: {'batch': 3}",
+        "backend: emulated+compiled (sm90)",
+        "artifacts: */.mpk-artifacts/test_scene.py_TestProbe_sweep_sm90 (*",
+        "repro: pytest 'test_scene.py::TestProbe::sweep[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
+        "Falsifying example: sweep_case(",
+        "    params={'batch': 3},",
+    ])
+    inputs = torch.load(pytester.path / ".mpk-artifacts" / "test_scene.py_TestProbe_sweep_sm90" / "inputs.pt")
+    assert inputs["x"].shape == (3, 4)
+
+
+def test_sweep_items_sit_beside_the_cases(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene="""
+        from hypothesis import strategies as st
+        from pytest_mpk import Case, scene_test
+        from scenes import ProbeScene
+
+        @scene_test(layer="probe")
+        class TestProbe(ProbeScene):
+            CASES = [Case("b2", batch=2)]
+            SWEEP = {"batch": st.sampled_from([1, 2])}
+    """)
+    result = pytester.runpytest_inprocess("-v", "--arch", "sm90", "--arch", "sm80", "-k", "sm90")
+    result.assert_outcomes(passed=2, deselected=2)
+    result.stdout.fnmatch_lines(["test_scene.py::TestProbe::b2[[]sm90[]] PASSED*",
+                                 "test_scene.py::TestProbe::sweep[[]sm90[]] PASSED*"])
+
+
+def test_plugin_profiles() -> None:
+    """dev, ci and thorough exist once the plugin is loaded (as it is here); none has a deadline."""
+    ci = settings.get_profile("ci")
+    assert (ci.max_examples, ci.derandomize, ci.database, ci.deadline) == (10, True, None, None)
+    assert settings.get_profile("dev").deadline is None
+    assert settings.get_profile("thorough").max_examples == 200
+
+
+def test_a_conftest_profile_of_the_same_name_wins(pytester: pytest.Pytester) -> None:
+    """The plugin registers its profiles before conftest files run; Hypothesis' own ci it replaces."""
+    pytester.makeconftest("""
+        from hypothesis import settings
+
+        settings.register_profile("dev", max_examples=3)
+    """)
+    pytester.makepyfile(test_profiles="""
+        from hypothesis import settings
+
+        def test_profiles():
+            assert settings.get_profile("dev").max_examples == 3
+            assert settings.get_profile("ci").max_examples == 10
+    """)
+    try:
+        pytester.runpytest_inprocess().assert_outcomes(passed=1)
+    finally:
+        profiles.register()  # profiles are global to the process: the plugin's again
