@@ -89,6 +89,13 @@ class SceneClass(pytest.Collector):
         try:
             with torch.device("meta"):
                 args = scene.generate_args(dict(params))
+        except KeyError as e:
+            if isinstance(e.args[0], str) and e.args[0] not in params:
+                near = difflib.get_close_matches(e.args[0], params, n=1)
+                hint = f" (the case has {near[0]!r})" if near else ""
+                raise self.CollectError(f"{where}: generate_args reads params[{e.args[0]!r}], which the cases do not "
+                                        f"give{hint}; they give {', '.join(params)}") from None
+            args = None
         except Exception:  # noqa: BLE001 - a scene that cannot generate on "meta" is checked when it runs
             args = None
         if isinstance(args, dict) and not any(isinstance(v, Out) for v in args.values()):
@@ -138,9 +145,19 @@ class _SceneItem(pytest.Item):
             run_case(self.scene_class.cls(), self.scene_class.layer, case, params, setup, seed_of(self.nodeid),
                      [Path(self.path).parent])
         finally:
-            for note in setup.notes:
-                self.add_report_section("call", "mpk", note)
+            self._notes.update(dict.fromkeys(setup.notes))
             mpk.after_gpu_case(self, setup.backend)
+
+    def runtest(self) -> None:
+        self._notes: dict[str, None] = {}  # what the runs say (builds, replays, profiles), once each
+        try:
+            self._runtest()
+        finally:
+            if self._notes:
+                self.add_report_section("call", "mpk", "\n".join(self._notes))
+
+    def _runtest(self) -> None:
+        raise NotImplementedError
 
     def repr_failure(self, excinfo, style=None):
         from mpk_runtime.errors import MpkError
@@ -178,7 +195,7 @@ class CaseItem(_SceneItem):
         elif case.manual and self.selector not in self.config.stash[SESSION_KEY].selected_cases:
             self.add_marker(pytest.mark.skip(reason=f"manual case: run it with --mpk-case {self.selector}"))
 
-    def runtest(self) -> None:
+    def _runtest(self) -> None:
         self._run(dict(self.case.params), self.case)
 
 
@@ -187,7 +204,7 @@ class SweepItem(_SceneItem):
         super().__init__(**kwargs)
         self.keys = keys
 
-    def runtest(self) -> None:
+    def _runtest(self) -> None:
         from hypothesis import given, settings
         from hypothesis import strategies as st
 
@@ -198,6 +215,9 @@ class SweepItem(_SceneItem):
         def sweep_case(params: dict[str, Any]) -> None:
             self._run(params, None)
 
+        # Each sweep its own key in Hypothesis' example database (as its pytest plugin does for
+        # parametrized tests), so saved failures replay in the sweep that found them.
+        sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = self.nodeid.encode()
         sweep_case()
 
 

@@ -94,11 +94,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_collect_file(file_path, parent: pytest.Collector):
-    """A compile output directory given to pytest replays as it is (see replay.py)."""
+    """A compile output directory named on the command line replays as it is (see replay.py); one
+    met while collecting a folder (kept artifacts, say) is not a test."""
     from .replay import ReplayFile, is_signature
 
     if is_signature(file_path):
-        return ReplayFile.from_parent(parent, path=file_path)
+        named = {str(parent.config.invocation_params.dir.joinpath(a.split("::")[0]).resolve()) for a in parent.config.args}
+        if str(file_path.resolve()) in named or str(file_path.parent.resolve()) in named:
+            return ReplayFile.from_parent(parent, path=file_path)
     return None
 
 

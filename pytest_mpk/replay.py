@@ -86,7 +86,7 @@ class ReplayItem(pytest.Item):
         pk = kernel(backend == devices.EMULATED, tensors)
         try:
             pk.compile()
-            self.add_report_section("call", "mpk", f"module {'from the cache' if pk.build_result.cached else 'rebuilt'}: "
+            self.add_report_section("call", "mpk", f"module {'from the cache' if pk.build_result.cached else 'built'}: "
                                                    f"{pk.build_result.entry.name}")
             if backend == devices.COMPILED:
                 return

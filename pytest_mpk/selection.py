@@ -24,12 +24,35 @@ def apply_case_selection(config: pytest.Config, items: list[pytest.Item]) -> Non
             hint = f"did you mean {', '.join(near)}?" if near else (
                 f"collected cases: {', '.join(known[:20])}{' ...' if len(known) > 20 else ''}" if known
                 else "no scene cases were collected from the given paths")
-            raise pytest.UsageError(f"--mpk-case {sel}: no such scene case; {hint}")
+            message = f"--mpk-case {sel}: no such scene case; {hint}"
+            if hasattr(config, "workerinput"):
+                # An xdist worker cannot stop the session cleanly; every worker reports the same
+                # single failing item instead (xdist needs identical collections).
+                items[:] = [SelectionError.from_parent(config.stash[SESSION_KEY].session, name="mpk-case", message=message)]
+                return
+            raise pytest.UsageError(message)
     keep = [i for i in items if isinstance(i, _SceneItem) and i.selector in wanted]
     dropped = [i for i in items if i not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
+
+
+class SelectionError(pytest.Item):
+    """Stands for the whole run when --mpk-case names nothing, under pytest-xdist."""
+
+    def __init__(self, *, message: str, **kwargs):
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise pytest.UsageError(self.message)
+
+    def repr_failure(self, excinfo, style=None):
+        return self.message
+
+    def reportinfo(self):
+        return self.path, None, "--mpk-case"
 
 
 def require_gpus(items: list[pytest.Item]) -> None:

@@ -34,6 +34,7 @@ class MpkSession:
         self._archs: list[str] | None = None
         self._local: tuple[str | None] | None = None
         self.lost_context_in: str | None = None
+        self.session: pytest.Session | None = None
 
     @property
     def archs(self) -> list[str]:
@@ -57,9 +58,17 @@ class MpkSession:
             parts += ["--mpk-case", item.selector]
         if self.replay:
             parts += ["--mpk-replay", str(self.replay)]
+        opt = self.config.option
+        if opt.mpk_hang_timeout:
+            parts += ["--mpk-hang-timeout", str(opt.mpk_hang_timeout)]
+        if opt.mpk_artifacts_dir:
+            parts += ["--mpk-artifacts-dir", str(self.artifacts_dir)]
         return " ".join(shlex.quote(p) for p in parts)
 
     # -- hooks (this object is registered as a plugin) ------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         backend = dict(report.user_properties).get(BACKEND_PROPERTY)
         if backend is not None and report.when == "call":
