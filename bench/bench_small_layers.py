@@ -1,7 +1,8 @@
 """rmsnorm, silu_mul, embed and greedy sampling (argmax_partial + argmax_reduce) inside the
 megakernel, next to their torch equivalents, in one run. These layers move little data at decode
-batch sizes, so their time is mostly latency: what matters is that they are not the bottleneck of
-a block. Each has its own entry point, bench/bench_<layer>.py, which runs only its rows.
+batch sizes, so their time is latency: the profiler's span of the layer inside the megakernel
+(median over launches) against one call of the torch op. What matters is that they are not the
+bottleneck of a block. Each has its own entry point, bench/bench_<layer>.py, which runs only its rows.
 
     python bench/bench_small_layers.py    # writes $OUT/bench_small_layers.json
 """
@@ -39,8 +40,8 @@ def rmsnorm(copy: float) -> list[layer_bench.Result]:
         def torch_op(i, xs=xs, w=w):
             F.rms_norm(xs[i], (xs[i].shape[-1],), w, 1e-6)
 
-        out.append(layer_bench.measure(f"rmsnorm b{batch} h{hidden}", build, torch_op, 2 * batch * hidden * 2 + hidden * 2,
-                                       COPIES, copy))
+        nbytes = 2 * batch * hidden * 2 + hidden * 2
+        out.append(layer_bench.measure_latency(f"rmsnorm b{batch} h{hidden}", build, torch_op, nbytes, COPIES, copy))
     return out
 
 
@@ -58,7 +59,8 @@ def silu_mul(copy: float) -> list[layer_bench.Result]:
             g, u = xs[i].chunk(2, dim=-1)
             F.silu(g) * u
 
-        out.append(layer_bench.measure(f"silu_mul b{batch} i{inter}", build, torch_op, 3 * batch * inter * 2, COPIES, copy))
+        nbytes = 3 * batch * inter * 2
+        out.append(layer_bench.measure_latency(f"silu_mul b{batch} i{inter}", build, torch_op, nbytes, COPIES, copy))
     return out
 
 
@@ -83,7 +85,7 @@ def embed(copy: float) -> list[layer_bench.Result]:
 
         params = dict(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch,
                       meta_tensors={"tokens": tokens})
-        out.append(layer_bench.measure(f"embed b{batch} h{hidden}", build, torch_op, 2 * batch * hidden * 2, COPIES, copy,
+        out.append(layer_bench.measure_latency(f"embed b{batch} h{hidden}", build, torch_op, 2 * batch * hidden * 2, COPIES, copy,
                                        **params))
     return out
 
@@ -106,7 +108,7 @@ def sampling(copy: float) -> list[layer_bench.Result]:
         def torch_op(i, logits=logits, toks=toks):
             torch.argmax(logits[i], dim=-1, out=toks[i])
 
-        out.append(layer_bench.measure(f"argmax b{batch} v{vocab}", build, torch_op, batch * vocab * 2, COPIES, copy))
+        out.append(layer_bench.measure_latency(f"argmax b{batch} v{vocab}", build, torch_op, batch * vocab * 2, COPIES, copy))
     return out
 
 

@@ -1,5 +1,7 @@
 """Timing one layer inside the megakernel, next to its torch equivalent, in the same run.
 
+``measure`` (big layers: throughput):
+
 A launch holds L independent copies of the layer (each its own tensors, so together they exceed
 L2); the time of one copy is (T(L) - T(1)) / (L - 1), which removes the launch's fixed cost
 (start, prepare_next_batch, termination). The torch side runs the same op over the same L tensor
@@ -11,6 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -87,5 +90,30 @@ def measure(name: str, build: Callable[[mpk.PersistentKernel, int], None], torch
     return Result(name, (many - one) / (copies - 1), torch_us, nbytes, copy_tbps)
 
 
-def median(xs: list[float]) -> float:
-    return statistics.median(xs)
+def measure_latency(name: str, build: Callable[[mpk.PersistentKernel, int], None], torch_op: Callable[[int], None],
+                    nbytes: int, copies: int, copy_tbps: float, launches: int = 20, **params) -> Result:
+    """For layers too small to difference (their copies would run side by side): the profiler's
+    span of one copy inside the megakernel (its first task's begin to its last task's end),
+    median over launches, against the torch op."""
+    import csv
+    import tempfile
+
+    prof = torch.zeros(1 << 20, dtype=torch.uint64, device="cuda")
+    pk = kernel(profiler_tensor=prof, trace_name=str(Path(tempfile.mkdtemp()) / "trace"), **params)
+    build(pk, 0)
+    pk.compile()
+    spans = []
+    for _ in range(launches):
+        pk()
+        pk.synchronize()  # writes the CSV of this launch
+        rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
+        spans.append((max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3)
+    pk.finalize()
+    k = [0]
+
+    def rotate():
+        torch_op(k[0] % copies)
+        k[0] += 1
+
+    torch_us = timing.time_us(rotate, reps=100, warmup=10)
+    return Result(name, statistics.median(spans), torch_us, nbytes, copy_tbps)

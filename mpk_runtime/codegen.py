@@ -67,8 +67,8 @@ def generate(variants: list[Variant], arch: str) -> str:
             "inline char const *task_type_name(int opcode) {", "  switch (opcode) {"]
     out += [f'    case MPK_TASK_{s.name.upper()}: return "{s.name}";' for s in specs]
     out += ["    default: return nullptr;", "  }", "}", "",
-            "__device__ __forceinline__ void execute_task(TaskDesc const &task, Runtime const &rt) {",
-            "  switch (task.variant) {"]
+            "__device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt) {",
+            "  switch (variant) {"]
     for v in variants:
         out.append(f"    case {v.id}:  // {', '.join(v.layers[:4])}{' ...' if len(v.layers) > 4 else ''}")
         out.append(f"      {v.call}")

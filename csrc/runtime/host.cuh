@@ -125,10 +125,13 @@ int mpk_abi_layout(char *buf, int len) {
 int mpk_occupancy(int device, int *ctas_per_sm, int *num_sms, char *err, int errlen) {
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaSetDevice", e);
-  e = cudaFuncSetAttribute(mpk::persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(mpk::kDynamicSmemBytes));
-  if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaFuncSetAttribute(dynamic shared memory)", e);
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, mpk::persistent_kernel, mpk::kWorkerThreads,
+  for (auto kernel : {mpk::persistent_kernel<false>, mpk::persistent_kernel<true>}) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(mpk::kDynamicSmemBytes));
+    if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaFuncSetAttribute(dynamic shared memory)", e);
+  }
+  // The profiling instantiation uses a few more registers: the co-residency check is for it.
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, mpk::persistent_kernel<true>, mpk::kWorkerThreads,
                                                     mpk::kDynamicSmemBytes);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
   e = cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, device);
@@ -174,8 +177,9 @@ int mpk_launch(void *handle, MpkKernelParams *params, int grid, void *stream, ch
   params->launch_id = static_cast<uint32_t>(h->launches % 0xfffffffeull) + 1;
   void *args[] = {params};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  e = cudaLaunchCooperativeKernel(reinterpret_cast<void const *>(mpk::persistent_kernel), dim3(grid),
-                                  dim3(mpk::kWorkerThreads), args, mpk::kDynamicSmemBytes, s);
+  void const *kernel = params->profiler_buffer ? reinterpret_cast<void const *>(mpk::persistent_kernel<true>)
+                                                : reinterpret_cast<void const *>(mpk::persistent_kernel<false>);
+  e = cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(mpk::kWorkerThreads), args, mpk::kDynamicSmemBytes, s);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaLaunchCooperativeKernel", e);
   e = cudaEventRecord(h->done[slot], s);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaEventRecord", e);

@@ -7,10 +7,12 @@
 
 namespace mpk {
 
-// The CTA's role is the only thing blockIdx decides; tasks never see it.
+// The CTA's role is the only thing blockIdx decides; tasks never see it. Two instantiations: the
+// host launches persistent_kernel<true> only when a profiler tensor was given.
+template <bool kProfile>
 __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __grid_constant__ MpkKernelParams p) {
   if (blockIdx.x < p.num_workers) {
-    worker_main(p, blockIdx.x);
+    worker_main<kProfile>(p, blockIdx.x);
     return;
   }
   uint32_t const s = (blockIdx.x - p.num_workers) * kWorkerWarps + threadIdx.x / kWarpSize;

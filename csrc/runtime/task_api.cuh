@@ -81,7 +81,8 @@ constexpr unsigned max_of(std::initializer_list<unsigned> sizes) {
 // Dynamic shared memory of the worker CTA, sized by the build for the hungriest variant.
 extern __shared__ __align__(128) unsigned char dynamic_smem[];
 
-// Generated per graph (codegen.py): one case per template instantiation the graph uses.
-__device__ __forceinline__ void execute_task(TaskDesc const &task, Runtime const &rt);
+// Generated per graph (codegen.py): one case per template instantiation (variant) the graph uses.
+// The worker passes the variant in a register, read before the task's dependency resolved.
+__device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt);
 
 }  // namespace mpk

@@ -43,7 +43,8 @@ __device__ __forceinline__ bool wait_go(MpkKernelParams const &p, uint32_t iter)
   }
 }
 
-// Thread 0: wait until every producer of the task's event has finished this iteration.
+// Thread 0: wait until every producer of the task's event has finished this iteration. ld.acquire
+// in the loop: polling with relaxed loads and one fence after measured slower on an H100.
 // False when the watchdog stopped the launch meanwhile.
 __device__ __forceinline__ bool wait_event(MpkKernelParams const &p, uint32_t worker, TaskDesc const &d,
                                            unsigned long long absolute_iter) {
@@ -63,31 +64,41 @@ __device__ __forceinline__ bool wait_event(MpkKernelParams const &p, uint32_t wo
   return true;
 }
 
-// One event, after the fence: an event with a single producer is set to its target (a plain store
-// is seen sooner than an atomic); one with several producers counts them.
-__device__ __forceinline__ void publish(MpkKernelParams const &p, uint32_t event, bool single,
-                                        unsigned long long absolute_iter) {
-  if (single)
-    st_relaxed(&p.event_counters[event], absolute_iter + 1);
-  else
-    red_add_relaxed(&p.event_counters[event], 1);
-}
+// What thread 0 needs of a task between its dependency and its publication, in registers: loaded
+// while the worker waits, so that nothing on the critical path reads shared memory.
+struct Publish {
+  uint32_t first_trigger;
+  uint32_t num_triggers;
+  uint32_t trigger_begin;
+  bool first_single;
+};
 
-// Thread 0, after the CTA finished a task: publish its writes to every consumer event.
-__device__ __forceinline__ void trigger(MpkKernelParams const &p, TaskDesc const &d, unsigned long long absolute_iter) {
-  if (d.num_triggers == 0) return;
+// Thread 0, after the CTA finished a task: publish its writes to every consumer event with one
+// fence, then per event a store of the iteration's target (a single producer: a plain store is
+// seen sooner than an atomic) or a relaxed increment (several producers).
+__device__ __forceinline__ void publish(MpkKernelParams const &p, Publish const &t, unsigned long long absolute_iter) {
+  if (t.num_triggers == 0) return;
   fence_acq_rel();
-  publish(p, d.first_trigger, d.flags & MPK_FLAG_FIRST_TRIGGER_SINGLE, absolute_iter);
-  for (uint32_t i = 1; i < d.num_triggers; ++i) {
-    uint32_t const e = p.triggers[d.trigger_begin + i - 1];
-    publish(p, e & ~MPK_TRIGGER_SINGLE, e & MPK_TRIGGER_SINGLE, absolute_iter);
+  if (t.first_single)
+    st_relaxed(&p.event_counters[t.first_trigger], absolute_iter + 1);
+  else
+    red_add_relaxed(&p.event_counters[t.first_trigger], 1);
+  for (uint32_t i = 1; i < t.num_triggers; ++i) {
+    uint32_t const e = p.triggers[t.trigger_begin + i - 1];
+    if (e & MPK_TRIGGER_SINGLE)
+      st_relaxed(&p.event_counters[e & ~MPK_TRIGGER_SINGLE], absolute_iter + 1);
+    else
+      red_add_relaxed(&p.event_counters[e], 1);
   }
 }
 
 }  // namespace detail
 
+// kProfile: record a begin and an end per task. A template parameter, so that a kernel launched
+// without a profiler tensor carries no trace of it (not even a branch on the hot path).
+template <bool kProfile>
 __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t worker) {
-  __shared__ __align__(128) MpkTaskDesc descs[2];
+  __shared__ __align__(128) TaskDesc descs[2];
   __shared__ uint32_t go_on;
   uint32_t const q_begin = p.queue_offsets[worker];
   uint32_t const q_end = p.queue_offsets[worker + 1];
@@ -104,19 +115,23 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
     for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
       detail::cp_async_wait_all();
       __syncthreads();  // descs[buf] complete and visible; descs[buf ^ 1] no longer read
-      TaskDesc const &d = *static_cast<TaskDesc const *>(&descs[buf]);
+      TaskDesc const &d = descs[buf];
+      uint32_t const variant = d.variant;
+      bool const waits = d.wait_event != MPK_NO_EVENT;
+      detail::Publish const pub{d.first_trigger, d.num_triggers, d.trigger_begin,
+                                (d.flags & MPK_FLAG_FIRST_TRIGGER_SINGLE) != 0};
       if (q + 1 < q_end) detail::prefetch_desc(&descs[buf ^ 1], &p.tasks[q + 1]);
-      if (d.wait_event != MPK_NO_EVENT) {
-        if (threadIdx.x == 0) go_on = detail::wait_event(p, worker, d, base + iter);
-        __syncthreads();
-        if (!go_on) return;
+      if (waits) {
+        bool ok = true;
+        if (threadIdx.x == 0) ok = detail::wait_event(p, worker, d, base + iter);
+        if (!__syncthreads_and(ok)) return;  // the barrier and the abort broadcast in one
       }
-      if (p.profiler_buffer && threadIdx.x == 0) profiler::record(p, worker, MPK_PROF_TASK_BEGIN, d.task_id, iter);
-      execute_task(d, rt);
+      if (kProfile && threadIdx.x == 0) profiler::record(p, worker, MPK_PROF_TASK_BEGIN, d.task_id, iter);
+      execute_task(variant, d, rt);
       __syncthreads();
       if (threadIdx.x == 0) {
-        if (p.profiler_buffer) profiler::record(p, worker, MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
-        detail::trigger(p, d, base + iter);
+        if (kProfile) profiler::record(p, worker, MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
+        detail::publish(p, pub, base + iter);
         st_relaxed(&p.worker_progress[worker], ++finished);
       }
     }

@@ -1,5 +1,6 @@
 """Profiling on the GPU: one begin and one end per task, durations > 0, and per-layer totals that
-agree with CUDA-event timing of the same run."""
+agree with CUDA-event timing of the same run. Run it alone: other processes on the GPU time-slice
+it and inflate the event timing."""
 
 from __future__ import annotations
 
@@ -25,13 +26,24 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     pk.compile()
     pk()  # warm-up
     pk.synchronize()
+    # Back-to-back launches, as in any timing: an isolated launch after an idle GPU also times the
+    # host's enqueue and the clocks' ramp, which are not the kernel's. The trace is the last launch's.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    launches = 5
     start.record()
-    pk()
+    for _ in range(launches):
+        pk()
     end.record()
-    pk.synchronize()  # writes the trace and the CSV of this launch
-    event_us = start.elapsed_time(end) * 1e3
+    pk.synchronize()  # writes the trace and the CSV of the last launch
+    event_us = start.elapsed_time(end) * 1e3 / launches
 
+    out = os.environ.get("OUT")
+    if out:  # the device run keeps a swimlane picture for docs/
+        from mpk_runtime import profile_stats
+        from mpk_runtime.cli import swimlane
+
+        swimlane.draw(profile_stats.read_csv(pk.profile_paths["csv"]), str(Path(out) / "swimlane_linear_chain.png"),
+                      f"10 chained linears (8192 x 8192 bf16, 128 tasks each) on {torch.cuda.get_device_name()}")
     rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
     assert len(rows) == layers * tasks  # one row (a begin and its end) per task
     assert all(int(r["duration_ns"]) > 0 for r in rows)
@@ -40,12 +52,11 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
         lo, hi = per_layer.get(r["layer"], (float("inf"), 0))
         per_layer[r["layer"]] = (min(lo, int(r["begin_ns"])), max(hi, int(r["end_ns"])))
     total_us = sum(hi - lo for lo, hi in per_layer.values()) / 1e3
-    assert abs(total_us - event_us) / event_us < 0.10, (total_us, event_us)
-    assert Path(pk.profile_paths["trace"]).stat().st_size > 0
-    out = os.environ.get("OUT")
-    if out:  # the device run keeps a swimlane picture for docs/
-        from mpk_runtime import profile_stats
-        from mpk_runtime.cli import swimlane
+    from mpk_runtime import profiler
 
-        swimlane.draw(profile_stats.read_csv(pk.profile_paths["csv"]), str(Path(out) / "swimlane_linear_chain.png"),
-                      f"10 chained linears (8192 x 8192 bf16, 128 tasks each) on {torch.cuda.get_device_name()}")
+    prof_spans = profiler.decode(prof.cpu(), pk.params.num_workers, pk.params.num_local_schedulers).prepare
+    kernel_us = (max(p.end_ns for p in prof_spans) - min(p.begin_ns for p in prof_spans)) / 1e3
+    wall_us = (max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3
+    assert abs(total_us - event_us) / event_us < 0.10, dict(per_layer_total_us=total_us, event_us=event_us,
+                                                            task_wall_us=wall_us, prepare_to_prepare_us=kernel_us)
+    assert Path(pk.profile_paths["trace"]).stat().st_size > 0
