@@ -303,12 +303,6 @@ class PersistentKernel:
             return
         self._harvest(timeout_ms=0)
         stream = default_stream if default_stream is not None else torch.cuda.current_stream(self.device)
-        if self._profiler is not None:  # reset each recorder's count (the records after it are overwritten)
-            recorders = self._p.num_workers + self._p.num_local_schedulers
-            words = self._profiler.view(torch.int64)  # same bits; int64 has native fills everywhere
-            counts = words[: recorders * (words.numel() // recorders)].view(recorders, -1)[:, 0]
-            with torch.cuda.stream(stream):
-                counts.zero_()
         self._module.launch(self._handle, self._device_graph.params, self.grid_size, stream.cuda_stream)
         self._launches += 1
         self._profile_pending = self._profiler is not None

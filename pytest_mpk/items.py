@@ -131,7 +131,7 @@ class _SceneItem(pytest.Item):
         if (BACKEND_PROPERTY, backend) not in self.user_properties:
             self.user_properties.append((BACKEND_PROPERTY, backend))
         return Setup(arch=self.arch, backend=backend, artifacts=mpk.artifacts_dir / _safe(self.nodeid),
-                     keep_artifacts=mpk.keep_artifacts, hang_timeout=mpk.hang_timeout, repro=mpk.repro(self),
+                     keep_artifacts=mpk.keep_artifacts or mpk.profile, hang_timeout=mpk.hang_timeout, repro=mpk.repro(self),
                      replay=mpk.replay, profile=mpk.profile)
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:

@@ -122,10 +122,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    from .selection import apply_case_selection, require_gpus
+    from .selection import apply_case_selection, longest_first, require_gpus
 
     apply_case_selection(config, items)
     require_gpus(items)
+    if hasattr(config, "workerinput"):
+        longest_first(items)
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):

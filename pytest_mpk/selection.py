@@ -55,6 +55,15 @@ class SelectionError(pytest.Item):
         return self.path, None, "--mpk-case"
 
 
+def longest_first(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, hand out sweeps (each example compiles) before single cases, so that no
+    worker starts a long item while the others run out of work. Deterministic, as xdist requires
+    every worker to collect the same order."""
+    from .items import SweepItem
+
+    items.sort(key=lambda item: not isinstance(item, SweepItem))
+
+
 def require_gpus(items: list[pytest.Item]) -> None:
     have = None
     for item in items:

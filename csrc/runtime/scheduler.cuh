@@ -67,6 +67,14 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
     return;
   }
   planner.init(lane);
+  if (p.profiler_buffer) {
+    // A fresh trace per launch: reset every recorder's count. Workers record only after `go`, which
+    // is released below, so none can race this (and no extra kernel runs between launches).
+    unsigned long long const recorders = p.num_workers + p.num_schedulers;
+    unsigned long long const words = p.profiler_capacity / recorders;
+    for (unsigned long long r = lane; words >= 3 && r < recorders; r += 32) p.profiler_buffer[r * words] = 0;
+    __syncwarp();
+  }
   unsigned long long const base = p.control->iterations_total;
 
   for (uint32_t iter = 0;; ++iter) {
