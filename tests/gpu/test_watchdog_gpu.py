@@ -72,3 +72,15 @@ def test_launches_after_a_stopped_one_are_skipped_and_reported(make_pk):
     pk()
     pk.synchronize(timeout=30)
     assert [t.data.item() for t in ts] == [1, 2, 3, 4]
+
+
+def test_too_many_workers_is_an_error_before_launch(make_pk):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    pk = make_pk(num_workers=2 * sms)  # with the large shared memory below, one CTA per SM at most
+    x = torch.randn(16, 4096, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(12288, 4096, dtype=torch.bfloat16, device="cuda")
+    pk.linear_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
+                    output=pk.attach_input(torch.empty(16, 12288, dtype=torch.bfloat16, device="cuda"), "y"),
+                    grid_dim=(96, 1, 1), block_dim=pk.block_dim)
+    with pytest.raises(mpk.CoResidencyError, match=f"num_workers={2 * sms}"):
+        pk.compile()

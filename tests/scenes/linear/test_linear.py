@@ -20,12 +20,13 @@ class TestLinear(SceneTestCase):
     ]
     SWEEP = {"batch": st.integers(1, 16), "k": st.sampled_from([512, 1024]), "n": st.just(1024),
              "tasks": st.sampled_from([8, 16, 32])}
+    DTYPE = torch.bfloat16
 
     def generate_args(self, params):
         b, k, n = params["batch"], params["k"], params["n"]
-        return {"input": torch.randn(b, k, dtype=torch.bfloat16),
-                "weight": torch.randn(n, k, dtype=torch.bfloat16) / k ** 0.5,
-                "output": Out(torch.empty(b, n, dtype=torch.bfloat16))}
+        return {"input": torch.randn(b, k, dtype=self.DTYPE),
+                "weight": torch.randn(n, k, dtype=self.DTYPE) / k ** 0.5,
+                "output": Out(torch.empty(b, n, dtype=self.DTYPE))}
 
     def build(self, pk, t, params):
         pk.linear_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1),
@@ -33,18 +34,10 @@ class TestLinear(SceneTestCase):
 
 
 @scene_test(layer="linear")
-class TestLinearFp16(SceneTestCase):
+class TestLinearFp16(TestLinear):
     CASES = [Case("b8", batch=8, k=1024, n=1024, tasks=16)]
-
-    def generate_args(self, params):
-        b, k, n = params["batch"], params["k"], params["n"]
-        return {"input": torch.randn(b, k, dtype=torch.float16),
-                "weight": torch.randn(n, k, dtype=torch.float16) / k ** 0.5,
-                "output": Out(torch.empty(b, n, dtype=torch.float16))}
-
-    def build(self, pk, t, params):
-        pk.linear_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1),
-                        block_dim=pk.block_dim)
+    SWEEP = {}
+    DTYPE = torch.float16
 
 
 @scene_test(layer="linear")

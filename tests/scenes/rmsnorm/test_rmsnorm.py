@@ -17,31 +17,24 @@ class TestRMSNorm(SceneTestCase):
         Case("b64_h8192", batch=64, hidden=8192, manual=True),
     ]
     SWEEP = {"batch": st.integers(1, 64), "hidden": st.sampled_from([1024, 4096])}
+    DTYPE = torch.bfloat16
 
     def generate_args(self, params):
         b, h = params["batch"], params["hidden"]
-        return {"input": torch.randn(b, h, dtype=torch.bfloat16),
-                "weight": torch.randn(h, dtype=torch.bfloat16),
-                "output": Out(torch.empty(b, h, dtype=torch.bfloat16))}
+        return {"input": torch.randn(b, h, dtype=self.DTYPE),
+                "weight": torch.randn(h, dtype=self.DTYPE),
+                "output": Out(torch.empty(b, h, dtype=self.DTYPE))}
 
-    def build(self, pk, t, params):
+    def build(self, pk, t, params):  # "tasks" rows per task when given, else one row per task
         pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output,
-                         grid_dim=(params["batch"], 1, 1), block_dim=pk.block_dim)
+                         grid_dim=(params.get("tasks", params["batch"]), 1, 1), block_dim=pk.block_dim)
 
 
 @scene_test(layer="rmsnorm")
-class TestRMSNormFp16(SceneTestCase):
+class TestRMSNormFp16(TestRMSNorm):
     CASES = [Case("b4_rows2", batch=4, hidden=2048, tasks=2)]
-
-    def generate_args(self, params):
-        b, h = params["batch"], params["hidden"]
-        return {"input": torch.randn(b, h, dtype=torch.float16),
-                "weight": torch.randn(h, dtype=torch.float16),
-                "output": Out(torch.empty(b, h, dtype=torch.float16))}
-
-    def build(self, pk, t, params):
-        pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output,
-                         grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
+    SWEEP = {}
+    DTYPE = torch.float16
 
 
 if __name__ == "__main__":
