@@ -30,11 +30,11 @@ class DeviceGraph:
         for q in queues:
             offsets.append(offsets[-1] + len(q))
         layers = {layer["id"]: layer for layer in graph["layers"]}
-        single = [e["trigger_count"] == 1 for e in events]
         extra: list[int] = []
         blob = bytearray()
         for tid in self.order:
-            blob += _pack(graph["tasks"][tid], layers, events, single, tensors, extra)
+            task = graph["tasks"][tid]
+            blob += pack_task(task, layers[task["layer"]], tensors, events, extra)
         self.wait_counts = {t["id"]: events[t["wait_event"]]["trigger_count"]
                             for t in graph["tasks"] if t["wait_event"] is not None}
 
@@ -101,16 +101,20 @@ class DeviceGraph:
         self.tasks[offset:offset + 4] = torch.tensor([count], dtype=torch.int32).view(torch.uint8).to(self.device)
 
 
-def _pack(task: dict, layers: dict[int, dict], events: list[dict], single: list[bool],
-          tensors: dict[str, torch.Tensor], extra: list[int]) -> bytes:
-    layer = layers[task["layer"]]
-    triggers, wait = task["triggers"], task["wait_event"]
+def pack_task(task: dict, layer: dict, tensors: dict[str, torch.Tensor], events: list[dict] | None = None,
+              extra: list[int] | None = None) -> bytes:
+    """One task's 128-byte descriptor from the task graph JSON, its slices bound to ``tensors``.
+    ``events`` None: no wait and no triggers (a task body launched alone, task_bodies.py); else
+    further triggers are appended to ``extra``, flagged when their event has a single producer."""
+    triggers, wait = (task["triggers"], task["wait_event"]) if events is not None else ([], None)
+    single = [events[e]["trigger_count"] == 1 for e in triggers] if events is not None else []
+    begin = len(extra) if extra is not None else 0
+    if triggers:
+        extra.extend(e | (abi.TRIGGER_SINGLE if s else 0) for e, s in zip(triggers[1:], single[1:]))
+    flags = abi.FLAG_FIRST_TRIGGER_SINGLE if single[:1] == [True] else 0
     scalars = ([abi.scalar_word(x) for x in layer["scalars"]] + [0, 0])[:2]
     ins = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["inputs"]]
     outs = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["outputs"]]
-    begin = len(extra)
-    extra.extend(e | (abi.TRIGGER_SINGLE if single[e] else 0) for e in triggers[1:])
-    flags = abi.FLAG_FIRST_TRIGGER_SINGLE if triggers and single[triggers[0]] else 0
     return abi.TASK_DESC.pack(
         task["variant"], layer["opcode"], len(triggers), flags,
         abi.NO_EVENT if wait is None else wait, 0 if wait is None else events[wait]["trigger_count"],

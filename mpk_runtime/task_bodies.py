@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import abi, batching, build, codegen, diagnostics
+from .device_graph import pack_task
 from .errors import BuildError, KernelError
 
 _loaded: dict[Path, object] = {}  # an extension module initialises once per process
@@ -77,8 +78,7 @@ class TaskBodies:
             by_layer.setdefault(t["layer"], []).append(t)
         for layer in graph["layers"]:
             tasks = by_layer.get(layer["id"], [])
-            scalars = ([abi.scalar_word(x) for x in layer["scalars"]] + [0, 0])[:2]
-            blob = b"".join(_pack(t, layer, scalars, tensors) for t in tasks)
+            blob = b"".join(pack_task(t, layer, tensors) for t in tasks)
             descs = torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(device)
             self.layers.append((layer["name"], tasks[0]["variant"], descs, len(tasks)))
 
@@ -106,11 +106,3 @@ class TaskBodies:
             self.control.zero_()
             raise KernelError(diagnostics.task_error_message(self.graph, control.task_error_task,
                                                              control.task_error_code, control.task_error_value))
-
-
-def _pack(task: dict, layer: dict, scalars: list[int], tensors: dict[str, torch.Tensor]) -> bytes:
-    ins = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["inputs"]]
-    outs = [tensors[s["tensor"]].data_ptr() + s["byte_offset"] for s in task["outputs"]]
-    return abi.TASK_DESC.pack(
-        task["variant"], layer["opcode"], 0, 0, abi.NO_EVENT, 0, 0, 0, task["id"], layer["id"], *task["grid_idx"], 0,
-        *scalars, *ins, *[0] * (7 - len(ins)), *outs, *[0] * (3 - len(outs)))

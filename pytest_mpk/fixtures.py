@@ -65,21 +65,9 @@ def mpk_device(_mpk_backend: str):
 def mpk_params(request: pytest.FixtureRequest, mpk_arch: str, _mpk_backend: str) -> dict[str, Any]:
     """PersistentKernel init parameters for ``pk``: test mode, this arch, this GPU's workers and
     schedulers (or emulation), the session's hang timeout, then ``@pytest.mark.mpk_params(...)``."""
-    import mpk_runtime as mpk
+    from .runner import base_params
 
-    from .runner import EMULATED_WORKERS
-
-    params = _Params(mpk.PersistentKernel.get_default_init_parameters())
-    params.update(test_mode=True, target_cc=int(mpk_arch[2:]),
-                  watchdog_timeout=request.config.stash[SESSION_KEY].hang_timeout)
-    if _mpk_backend == devices.GPU:
-        import torch
-
-        workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
-        params.update(num_workers=workers, num_local_schedulers=schedulers)
-    else:
-        params.update(num_workers=EMULATED_WORKERS, emulate=_mpk_backend == devices.EMULATED,
-                      compile_only=_mpk_backend == devices.COMPILED)
+    params = _Params(base_params(mpk_arch, _mpk_backend, request.config.stash[SESSION_KEY].hang_timeout))
     for marker in reversed(list(request.node.iter_markers("mpk_params"))):
         params.update(marker.kwargs)
     return params

@@ -83,15 +83,22 @@ def golden(scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[
     return {outputs[0]: result}
 
 
-def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
+def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
+    """Init parameters of a test-mode kernel for ``arch`` on ``backend``: this GPU's workers and
+    schedulers, or a few emulated workers; the plugin's scene cases and its ``pk`` fixture share them."""
     init = mpk.PersistentKernel.get_default_init_parameters()
-    init.update(test_mode=True, target_cc=int(setup.arch[2:]), watchdog_timeout=setup.hang_timeout)
-    if setup.backend == devices.GPU:
+    init.update(test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout)
+    if backend == devices.GPU:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
     else:
-        init.update(num_workers=EMULATED_WORKERS, emulate=setup.backend == devices.EMULATED,
-                    compile_only=setup.backend == devices.COMPILED)
+        init.update(num_workers=EMULATED_WORKERS, emulate=backend == devices.EMULATED,
+                    compile_only=backend == devices.COMPILED)
+    return init
+
+
+def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    init = base_params(setup.arch, setup.backend, setup.hang_timeout)
     extra = dict(scene.kernel_params(dict(params)))
     if "meta_tensors" in extra:  # generated on the CPU, like the arguments; the kernel wants them where it runs
         device = "cuda" if setup.backend == devices.GPU else "cpu"
