@@ -7,6 +7,7 @@ import ctypes
 import re
 
 import pytest
+import torch
 
 from mpk_runtime import abi
 from mpk_runtime.errors import BuildError
@@ -96,3 +97,25 @@ def test_loading_a_non_module_is_a_build_error(tmp_path):
     bogus.write_bytes(b"not an ELF file")
     with pytest.raises(BuildError, match=rf"cannot load {bogus}"):
         Module(bogus)
+
+
+def test_a_task_body_descriptor_has_no_wait_and_no_triggers():
+    """pack_task without events (task bodies launched alone) keeps the slices and scalars of the
+    runtime's descriptor and drops only the wait and the triggers."""
+    from mpk_runtime.device_graph import pack_task
+
+    task = {"id": 5, "variant": 2, "layer": 1, "grid_idx": [3, 0, 0], "wait_event": 0, "triggers": [1, 2],
+            "inputs": [{"tensor": "a", "byte_offset": 16}], "outputs": [{"tensor": "b", "byte_offset": 0}]}
+    layer = {"id": 1, "opcode": 7, "scalars": [{"f": 1e-6}, {"i": 16}]}
+    tensors = {"a": torch.zeros(8), "b": torch.zeros(8)}
+    events = [{"trigger_count": 3}, {"trigger_count": 1}, {"trigger_count": 2}]
+    extra: list[int] = []
+    full = abi.TASK_DESC.unpack(pack_task(task, layer, tensors, events, extra))
+    alone = abi.TASK_DESC.unpack(pack_task(task, layer, tensors))
+    names = [n for n, f in abi.TASK_DESC_FIELDS for _ in range(int(f[:-1]) if f[:-1] else 1)]
+    f, a = dict(zip(names, full)), dict(zip(names, alone))
+    assert (f["num_triggers"], f["wait_event"], f["wait_count"], f["first_trigger"]) == (2, 0, 3, 1)
+    assert f["flags"] == abi.FLAG_FIRST_TRIGGER_SINGLE and extra == [2]
+    assert (a["num_triggers"], a["wait_event"], a["wait_count"], a["flags"]) == (0, abi.NO_EVENT, 0, 0)
+    assert full[names.index("scalars"):] == alone[names.index("scalars"):]  # scalars and slice pointers
+    assert a["task_id"] == 5 and a["variant"] == 2 and a["task_type"] == 7
