@@ -62,6 +62,17 @@ MISTAKES = {
                 return {"input": torch.randn(2, 256), "weight": torch.randn(256), "output": torch.empty(2, 256)}
         """, "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
              "output, e.g. 'output': Out(torch.empty(...))"),
+    "no_outputs_made_with_arithmetic": ("""
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                x = torch.cat([torch.randn(1, 256), torch.rand(1, 256)]) / 256 ** 0.5
+                return {"input": x.to(torch.float32) @ torch.eye(256), "weight": torch.ones(256).abs(),
+                        "output": torch.empty_like(x)}
+        """, "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
+             "output, e.g. 'output': Out(torch.empty(...))"),
     "no_golden": ("""
         @scene_test(layer="nosuchlayer")
         class TestNorm(NormScene):
@@ -146,3 +157,51 @@ def test_a_mistake_fails_only_its_own_class(pytester: pytest.Pytester, scenes) -
     result = pytester.runpytest_inprocess("--continue-on-collection-errors", "-rE")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["ERROR test_scene.py::TestBad"])
+
+
+def test_a_scene_needing_real_shapes_is_checked_when_it_runs(pytester: pytest.Pytester, scenes) -> None:
+    """The collection check sees placeholder tensors; generate_args that reads a shape cannot finish
+    on them, so the check is left to the run, where the real tensors exist."""
+    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+        @scene_test(layer="rmsnorm")
+        class TestGood(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                x = torch.randn(params["batch"], params["hidden"])
+                return {"input": x, "weight": torch.randn(x.shape[1]), "output": Out(torch.empty(x.shape[0], 256))}
+
+        @scene_test(layer="rmsnorm")
+        class TestBad(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                x = torch.randn(params["batch"], params["hidden"])
+                return {"input": x, "weight": torch.randn(x.shape[1]), "output": torch.empty(x.shape[0], 256)}
+    """))
+    result = pytester.runpytest_inprocess("-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*TypeError: TestBad.generate_args returned no Out or InOut tensor; wrap each output*"])
+
+
+def test_collection_computes_no_tensor(pytester: pytest.Pytester, scenes) -> None:
+    """Checking scenes at collection allocates nothing and leaves torch._dynamo unimported: on the
+    "meta" device, arithmetic would import it, seconds in every fresh process and xdist worker."""
+    pytester.makeconftest("""
+        import sys
+
+        def pytest_collection_finish(session):
+            print("torch._dynamo imported:", "torch._dynamo" in sys.modules)
+    """)
+    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+        @scene_test(layer="rmsnorm")
+        class TestHuge(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):  # 64 GiB each, were they real
+                w = torch.randn(2 ** 17, 2 ** 17) / 2 ** 8.5
+                return {"input": torch.cat([w, w]) * 2, "weight": w.abs() + 1, "output": Out(torch.empty_like(w))}
+    """))
+    result = pytester.runpytest_subprocess("--collect-only", "-s")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["torch._dynamo imported: False", "*1 test collected*"])
