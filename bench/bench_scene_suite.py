@@ -54,6 +54,9 @@ def pytest_run(args: list[str], cache: str) -> tuple[float, str]:
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     if proc.returncode != 0:
         raise SystemExit(f"pytest {' '.join(args)} failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
+    slowest = [line for line in proc.stdout.splitlines() if line.split("s ", 1)[0].replace(".", "").isdigit()]
+    if slowest:  # --durations: where a parallel run's tail comes from
+        print("\n".join(["  slowest items:", *(f"    {line}" for line in slowest)]))
     return wall, tail
 
 
@@ -71,7 +74,7 @@ def scaling(workers: list[int]) -> dict:
     out = {}
     for n in workers:
         cache = tempfile.mkdtemp(prefix="mpk-bench-cache-")
-        wall, tail = pytest_run(["tests/scenes", "-n", str(n)], cache)
+        wall, tail = pytest_run(["tests/scenes", "-n", str(n), "--durations=6"], cache)
         out[n] = {"wall_s": wall, "summary": tail}
         print(f"tests/scenes, cold cache, -n {n}: {wall:.1f} s ({tail})", flush=True)
     base = out[workers[0]]["wall_s"]

@@ -3,6 +3,7 @@ one), run it on the chosen backend, compute the golden, compare, and keep artifa
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import types
 import zlib
@@ -197,7 +198,7 @@ def _profile_files(pk, setup: Setup) -> dict[str, Path]:
 
     files = dict(pk.profile_paths)
     png = setup.artifacts / "swimlane.png"
-    swimlane.draw(profile_stats.read_csv(files["csv"]), str(png), f"{setup.repro.split()[1]} ({setup.arch})")
+    swimlane.draw(profile_stats.read_csv(files["csv"]), str(png), f"{shlex.split(setup.repro)[1]} ({setup.arch})")  # the node id
     files["png"] = png
     return files
 

@@ -26,10 +26,12 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     pk.compile()
     pk()  # warm-up
     pk.synchronize()
-    # Back-to-back launches, as in any timing: an isolated launch after an idle GPU also times the
-    # host's enqueue and the clocks' ramp, which are not the kernel's. The trace is the last launch's.
+    # Back-to-back launches, as in any timing, with the start event queued behind a launch already
+    # running: recorded on an idle GPU, it would also time the host's Python and launch call before
+    # the first kernel (tens of us, which are not the kernel's). The trace is the last launch's.
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     launches = 5
+    pk()
     start.record()
     for _ in range(launches):
         pk()
@@ -57,6 +59,8 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     prof_spans = profiler.decode(prof.cpu(), pk.params.num_workers, pk.params.num_local_schedulers).prepare
     kernel_us = (max(p.end_ns for p in prof_spans) - min(p.begin_ns for p in prof_spans)) / 1e3
     wall_us = (max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3
-    assert abs(total_us - event_us) / event_us < 0.10, dict(per_layer_total_us=total_us, event_us=event_us,
-                                                            task_wall_us=wall_us, prepare_to_prepare_us=kernel_us)
+    figures = dict(per_layer_total_us=total_us, event_us=round(event_us, 1), task_wall_us=wall_us,
+                   prepare_to_prepare_us=kernel_us)
+    print("profiled chain:", figures)  # shown by -rA: the numbers behind the note in docs/PERFORMANCE.md
+    assert abs(total_us - event_us) / event_us < 0.10, figures
     assert Path(pk.profile_paths["trace"]).stat().st_size > 0
