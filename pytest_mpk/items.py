@@ -127,8 +127,6 @@ class _SceneItem(pytest.Item):
         from .runner import Setup
 
         backend = devices.backend_for(self.arch, mpk.backend, mpk.local_arch())
-        if (BACKEND_PROPERTY, backend) not in self.user_properties:
-            self.user_properties.append((BACKEND_PROPERTY, backend))
         return Setup(arch=self.arch, backend=backend, artifacts=mpk.artifacts_dir / _safe(self.nodeid),
                      keep_artifacts=mpk.keep_artifacts or mpk.profile, hang_timeout=mpk.hang_timeout, repro=mpk.repro(self),
                      replay=mpk.replay, profile=mpk.profile)
@@ -140,12 +138,16 @@ class _SceneItem(pytest.Item):
         mpk = self.config.stash[SESSION_KEY]
         setup = self._setup(mpk)
         mpk.guard_gpu(self, setup.backend)
+        if (BACKEND_PROPERTY, setup.backend) not in self.user_properties:  # it runs: the summary counts it
+            self.user_properties.append((BACKEND_PROPERTY, setup.backend))
         try:
             run_case(self.scene_class.cls(), self.scene_class.layer, case, params, setup, seed_of(self.nodeid),
                      [Path(self.path).parent])
         finally:
             self._notes.update(dict.fromkeys(setup.notes))
-            mpk.after_gpu_case(self, setup.backend)
+            lost = mpk.after_gpu_case(self, setup.backend)
+            if lost:
+                self._notes[lost] = None
 
     def runtest(self) -> None:
         self._notes: dict[str, None] = {}  # what the runs say (builds, replays, profiles), once each

@@ -171,8 +171,8 @@ def run_case(scene: SceneTestCase, layer: str, case: Case | None, params: dict[s
             if errors:
                 raise compare.MismatchError("\n".join(errors))
     except (AssertionError, mpk.KernelError) as e:
-        _save_failure(setup, inputs, run_tensors, outs, expected)
-        raise SceneFailure(_failure_text(e, setup, params)) from None
+        saved = _save_failure(setup, inputs, run_tensors, outs, expected)
+        raise SceneFailure(_failure_text(e, setup, params, saved)) from None
     finally:
         if pk is not None:
             try:
@@ -203,20 +203,30 @@ def _profile_files(pk, setup: Setup) -> dict[str, Path]:
     return files
 
 
-def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str], expected: dict | None) -> None:
+FAILURE_FILES = ("inputs.pt", "actual.pt", "expected.pt", "test_rank0.cu", "task_graph_rank0.json", "signature_rank0.json")
+
+
+def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str], expected: dict | None) -> list[str]:
+    """Save what a failing case leaves for its author; returns the names of the files its artifacts
+    directory holds (the compile outputs included), in FAILURE_FILES order."""
     torch.save(inputs, setup.artifacts / "inputs.pt")
-    torch.save({n: run_tensors[n].detach().cpu() for n in outs}, setup.artifacts / "actual.pt")
+    try:
+        actual = {n: run_tensors[n].detach().cpu() for n in outs}
+    except RuntimeError:  # the kernel faulted: the CUDA context, and the outputs with it, are gone
+        actual = None
+    if actual is not None:
+        torch.save(actual, setup.artifacts / "actual.pt")
     if expected is not None:
         torch.save({n: v.detach().cpu() for n, v in expected.items()}, setup.artifacts / "expected.pt")
     (setup.artifacts / "repro.txt").write_text(setup.repro + "\n")
+    return [name for name in FAILURE_FILES if (setup.artifacts / name).exists()]
 
 
-def _failure_text(e: BaseException, setup: Setup, params: dict[str, Any]) -> str:
+def _failure_text(e: BaseException, setup: Setup, params: dict[str, Any], saved: list[str]) -> str:
     return "\n".join([
         str(e),
         f"params: {params}",
         f"backend: {setup.backend} ({setup.arch})",
-        f"artifacts: {setup.artifacts} (inputs.pt, actual.pt, expected.pt, test_rank0.cu, task_graph_rank0.json, "
-        f"signature_rank0.json)",
+        f"artifacts: {setup.artifacts} ({', '.join(saved)})",
         f"repro: {setup.repro}",
     ])

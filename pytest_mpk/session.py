@@ -15,6 +15,7 @@ from . import devices
 
 SESSION_KEY = pytest.StashKey["MpkSession"]()
 BACKEND_PROPERTY = "mpk_backend"  # user property of every item that ran a kernel: which backend did
+CONTEXT_LOST_PROPERTY = "mpk_context_lost"  # user property of a GPU case after which the CUDA context was lost
 
 
 class MpkSession:
@@ -33,7 +34,8 @@ class MpkSession:
         self.backends: Counter[str] = Counter()
         self._archs: list[str] | None = None
         self._local: tuple[str | None] | None = None
-        self.lost_context_in: str | None = None
+        self.lost_context_in: str | None = None  # in this process
+        self.context_lost_in: set[str] = set()  # the cases reported so, by any worker
         self.session: pytest.Session | None = None
 
     @property
@@ -70,9 +72,12 @@ class MpkSession:
         self.session = session
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        backend = dict(report.user_properties).get(BACKEND_PROPERTY)
+        properties = dict(report.user_properties)
+        backend = properties.get(BACKEND_PROPERTY)
         if backend is not None and report.when == "call":
             self.backends[backend] += 1
+        if properties.get(CONTEXT_LOST_PROPERTY) and report.when == "call":
+            self.context_lost_in.add(report.nodeid)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.backends:
@@ -80,21 +85,45 @@ class MpkSession:
             terminalreporter.write_sep("-", f"mpk backends: {parts}")
 
     # -- a case that kills the CUDA context ------------------------------------------------------
+    # A kernel fault (an illegal address, a trap) leaves the process's CUDA context unusable for good.
+    # The case that caused it fails with its own error. Without xdist, later GPU cases of the process
+    # fail at once with the reason. Under xdist the worker ends itself once the case's reports are
+    # sent: xdist gives its other cases to the remaining workers and starts a fresh one, and reports
+    # the case once more as crashed, a report pytest_handlecrashitem silences (it said why already).
     def guard_gpu(self, item: pytest.Item, backend: str) -> None:
         if backend == devices.GPU and self.lost_context_in is not None:
             pytest.fail(
                 f"not run: the CUDA context of this process was lost in {self.lost_context_in}; with pytest-xdist "
                 f"(-n) that worker is replaced and this case runs elsewhere", pytrace=False)
 
-    def after_gpu_case(self, item: pytest.Item, backend: str) -> None:
-        """After a GPU case: if it left the CUDA context unusable (an illegal address in a task
-        body...), end this xdist worker so that xdist reports the case and starts a fresh worker for
-        the rest; without xdist, fail later GPU cases with the reason instead of running them."""
+    def after_gpu_case(self, item: pytest.Item, backend: str) -> str | None:
+        """After a GPU case, still in its call phase: if the CUDA context is lost, remember it and mark
+        the case's report; returns the note for the report, else None."""
         if backend != devices.GPU or not devices.context_lost():
-            return
+            return None
         self.lost_context_in = item.nodeid
+        item.user_properties.append((CONTEXT_LOST_PROPERTY, True))
         if hasattr(self.config, "workerinput"):
+            return ("the CUDA context of this worker is lost: pytest-xdist replaces the worker, and its other cases "
+                    "run on the others")
+        return ("the CUDA context of this process is lost: later GPU cases of this run fail without running; run with "
+                "pytest-xdist (-n) to have them run in a fresh worker")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        result = yield
+        if self.lost_context_in == item.nodeid and hasattr(self.config, "workerinput"):
+            # The case's reports are sent (xdist sends each as it is logged); nothing more can run here.
             sys.stderr.write(f"\nmpk: the CUDA context is lost after {item.nodeid}; ending this worker so that "
                              f"pytest-xdist replaces it\n")
             sys.stderr.flush()
             os._exit(3)
+        return result
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+        """The controller's side: a worker that ended itself after its case lost the CUDA context has
+        already reported that case's failure; xdist's second, "crashed" report of it becomes a silent
+        teardown report, so the case counts once."""
+        if crashitem in self.context_lost_in:
+            report.outcome, report.when, report.longrepr = "passed", "teardown", None

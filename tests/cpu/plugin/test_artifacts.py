@@ -103,3 +103,24 @@ def test_repro_line_of_a_manual_case_selects_it(pytester: pytest.Pytester, scene
     pytester.runpytest_inprocess("--mpk-case", "TestNorm::worse").assert_outcomes(failed=1)
     repro = (case_dir(pytester, "worse") / "repro.txt").read_text().strip()
     pytester.runpytest_inprocess(*shlex.split(repro)[1:]).assert_outcomes(failed=1)
+
+
+def test_a_fault_that_took_the_outputs_leaves_the_rest(tmp_path) -> None:
+    """After a kernel fault the outputs cannot be copied from the GPU: the failure keeps the inputs
+    and the sources, and its message lists only the files that exist."""
+    from pytest_mpk.runner import Setup, _failure_text, _save_failure
+
+    class LostOnTheGpu:
+        def detach(self):
+            return self
+
+        def cpu(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    (tmp_path / "test_rank0.cu").write_text("// generated")
+    setup = Setup(arch="sm90", backend="gpu", artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0,
+                  repro="pytest 'x.py::T::c[sm90]'")
+    saved = _save_failure(setup, {"input": torch.ones(2)}, {"output": LostOnTheGpu()}, ["output"], None)
+    assert saved == ["inputs.pt", "test_rank0.cu"]
+    assert _failure_text(RuntimeError("kernel fault"), setup, {"batch": 2}, saved).splitlines()[3] == (
+        f"artifacts: {tmp_path} (inputs.pt, test_rank0.cu)")
