@@ -88,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(mpk, "mpk-session")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own answer (the CPU count), which would win otherwise
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one worker per visible GPU (None: xdist's own default, e.g. without GPUs)."""
     return len(devices.visible_gpus()) or None

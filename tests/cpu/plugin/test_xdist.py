@@ -41,3 +41,24 @@ def test_auto_workers_are_one_per_visible_gpu(pytester: pytest.Pytester, monkeyp
     """``-n auto``: one worker per visible GPU; without GPUs, xdist's own default (None)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfig()) == workers
+
+
+def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three visible GPUs on a machine of any CPU count: xdist starts three workers, pinned to 0, 1, 2
+    (xdist's own answer, the CPU count, must not win)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    pytester.makepyfile(test_where="""
+        import os
+
+        import pytest
+
+        @pytest.mark.parametrize("i", range(12))
+        def test_where(i, worker_id):
+            print("WHERE", worker_id, os.environ["CUDA_VISIBLE_DEVICES"])
+    """)
+    result = pytester.runpytest_subprocess("-p", "mpk", "-n", "auto", "-rA")
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines(["created: 3/3 workers"])
+    seen = {tuple(line.split()[1:]) for line in result.stdout.lines if line.startswith("WHERE ")}
+    assert seen <= {("gw0", "0"), ("gw1", "1"), ("gw2", "2")} and {w for w, _ in seen} >= {"gw0"}, seen
