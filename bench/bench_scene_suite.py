@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,7 @@ def pytest_run(args: list[str], cache: str) -> tuple[float, str]:
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     if proc.returncode != 0:
         raise SystemExit(f"pytest {' '.join(args)} failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-1000:]}")
-    slowest = [line for line in proc.stdout.splitlines() if line.split("s ", 1)[0].replace(".", "").isdigit()]
+    slowest = [line for line in proc.stdout.splitlines() if re.match(r"\d+\.\d+s (setup|call|teardown) ", line)]
     if slowest:  # --durations: where a parallel run's tail comes from
         print("\n".join(["  slowest items:", *(f"    {line}" for line in slowest)]))
     return wall, tail

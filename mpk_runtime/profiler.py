@@ -38,8 +38,19 @@ class ProfilerWarning(UserWarning):
     """The profile is incomplete: records were dropped (buffer full) or a begin lost its end."""
 
 
+class _Timed:
+    """begin_ns and end_ns, and the time between them."""
+
+    begin_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.begin_ns
+
+
 @dataclass(frozen=True)
-class TaskSpan:
+class TaskSpan(_Timed):
     task: int  # task id in the graph
     iteration: int
     worker: int
@@ -47,23 +58,15 @@ class TaskSpan:
     begin_ns: int
     end_ns: int
 
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.begin_ns
-
 
 @dataclass(frozen=True)
-class PrepareSpan:
+class PrepareSpan(_Timed):
     """One call of prepare_next_batch by a scheduler (the last call of a launch returns false)."""
 
     iteration: int
     scheduler: int
     begin_ns: int
     end_ns: int
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.begin_ns
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ class MpkSession:
         self._archs: list[str] | None = None
         self._local: tuple[str | None] | None = None
         self.lost_context_in: str | None = None  # in this process
-        self.context_lost_in: set[str] = set()  # the cases reported so, by any worker
+        self.reported_context_losses: set[str] = set()  # the cases reported so, by any worker
         self.session: pytest.Session | None = None
 
     @property
@@ -77,7 +77,7 @@ class MpkSession:
         if backend is not None and report.when == "call":
             self.backends[backend] += 1
         if properties.get(CONTEXT_LOST_PROPERTY) and report.when == "call":
-            self.context_lost_in.add(report.nodeid)
+            self.reported_context_losses.add(report.nodeid)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.backends:
@@ -125,5 +125,5 @@ class MpkSession:
         """The controller's side: a worker that ended itself after its case lost the CUDA context has
         already reported that case's failure; xdist's second, "crashed" report of it becomes a silent
         teardown report, so the case counts once."""
-        if crashitem in self.context_lost_in:
+        if crashitem in self.reported_context_losses:
             report.outcome, report.when, report.longrepr = "passed", "teardown", None

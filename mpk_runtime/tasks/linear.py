@@ -35,6 +35,7 @@ def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
 @register_task
 class Linear(TaskSpec):
     name = "linear"
+    residual = False  # linear_with_residual is this task with a residual input (one body, templated on it)
     inputs = {"input": whole(), "weight": split(x=0)}
     outputs = {"output": split(x=1)}
     token_dims = {"input": 0, "output": 0}
@@ -47,11 +48,12 @@ class Linear(TaskSpec):
     task streams its rows of the weight once (tensor cores for bf16 / fp16)."""
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
-        check_linear("linear", args, residual=False)
+        check_linear(self.name, args, residual=self.residual)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, k = s["input"].shape
-        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1], "false"]
+        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1],
+                "true" if self.residual else "false"]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         return 500.0 + s["weight"].nbytes / 22.0  # the weight slice streamed at a fair share of HBM

@@ -70,7 +70,7 @@ from pytest_mpk.session import SESSION_KEY
 
 @pytest.fixture
 def fault(request, monkeypatch):
-    \"\"\"What a GPU case's kernel fault does: the case fails, and the context is lost.\"\"\"
+    # What a GPU case's kernel fault does: the case fails, and the context is lost.
     def fault():
         monkeypatch.setattr(devices, "context_lost", lambda: True)
         request.config.stash[SESSION_KEY].after_gpu_case(request.node, devices.GPU)
