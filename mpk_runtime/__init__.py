@@ -2,7 +2,20 @@
 
 Declare tensors and layers on a PersistentKernel; the runtime splits every layer into tasks, wires
 them into a task graph by their data dependencies, compiles the graph into one persistent kernel
-(cached), and runs it on the GPU.
+(cached), and runs it on the GPU. The subpackages follow that pipeline:
+
+    frontend/  PersistentKernel, init parameters, meta tensors   (declared)
+    tasks/     the task registry: one spec per task               (declared)
+    graph/     tasks, dependencies, schedule -> CompiledGraph     (graph, schedule)
+    codegen/   the dispatcher source and the binary layout        (generated code)
+    build/     nvcc, the content-addressed cache, compile outputs (build)
+    run/       the GPU launch, the CPU emulator, diagnostics      (launched or emulated)
+    profile/   traces, statistics, pictures
+    cli/       mpk-profile, mpk-graph (argument parsing only)
+
+Foundation modules every stage may use: errors, archs (the one arch table), contract (constants
+shared with csrc), dtypes, resources (where csrc/ and reference/ are). ``harness`` is the small
+set of entry points the pytest plugin uses besides this public API.
 """
 
 from __future__ import annotations
@@ -32,12 +45,12 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .gpu import get_configurations_from_gpu
-    from .graph import DTensor
-    from .kernel import PersistentKernel
+    from .frontend.kernel import PersistentKernel
+    from .graph.tensors import DTensor
+    from .run.gpu import get_configurations_from_gpu
 
 # Imported on first use: tools such as mpk-profile need none of torch.
-_LAZY = {"PersistentKernel": ".kernel", "DTensor": ".graph", "get_configurations_from_gpu": ".gpu"}
+_LAZY = {"PersistentKernel": ".frontend.kernel", "DTensor": ".graph.tensors", "get_configurations_from_gpu": ".run.gpu"}
 
 
 def __getattr__(name: str):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-ARCHS = ("sm80", "sm90", "sm100")
 BACKENDS = ("auto", "gpu", "emulate", "compile-only")
 # What the report says ran a case.
 GPU, EMULATED, COMPILED = "gpu", "emulated+compiled", "compiled"
@@ -45,9 +44,9 @@ def local_arch() -> str | None:
 
     if not torch.cuda.is_available():
         return None
-    from mpk_runtime.gpu import arch_name, native_target_cc
+    from mpk_runtime import harness
 
-    return arch_name(native_target_cc(torch.cuda.current_device()))
+    return harness.native_arch(torch.cuda.current_device())
 
 
 def resolve_archs(requested: list[str]) -> list[str]:
@@ -63,7 +62,9 @@ def resolve_archs(requested: list[str]) -> list[str]:
 def backend_for(arch: str, requested: str, local: str | None) -> str:
     """Which backend runs a case of ``arch``: the GPU when it can (sm80 code runs on every GPU we
     support, through the PTX JIT), else nvcc plus the CPU emulator, or nvcc alone."""
-    runs_here = local is not None and (arch == "sm80" or arch == local)
+    from mpk_runtime.harness import PORTABLE_ARCHS
+
+    runs_here = local is not None and (arch in PORTABLE_ARCHS or arch == local)
     if requested == "compile-only":
         return COMPILED
     if requested == "emulate":

@@ -18,7 +18,7 @@ class _Params(dict):
 
     def _check(self) -> None:
         if self.sealed:
-            from mpk_runtime.errors import StateError
+            from mpk_runtime import StateError
 
             raise StateError(
                 "mpk_params changed after the pk fixture was built from it; adjust parameters with "

@@ -80,8 +80,7 @@ class SceneClass(pytest.Collector):
     def _check_outputs_and_golden(self, scene: SceneTestCase, params: dict[str, Any]) -> None:
         """Run generate_args with placeholder tensors (no memory, no time) to catch a scene without
         outputs, and look the default golden up, at collection rather than at run time."""
-        from mpk_runtime import references
-        from mpk_runtime.errors import GraphError
+        from mpk_runtime import GraphError, harness
 
         from .arg_names import generate_with_placeholders
 
@@ -103,7 +102,7 @@ class SceneClass(pytest.Collector):
                 f"output, e.g. 'output': Out(torch.empty(...))")
         if getattr(scene, "compute_golden", None) is None:
             try:
-                references.find(self.layer, search=[Path(self.path).parent], layer=self.layer)
+                harness.find_reference(self.layer, search=[Path(self.path).parent], layer=self.layer)
             except GraphError as e:
                 raise self.CollectError(
                     f"{where}: no golden: {e}; or define compute_golden(self, args, params)") from None
@@ -161,7 +160,7 @@ class _SceneItem(pytest.Item):
         raise NotImplementedError
 
     def repr_failure(self, excinfo, style=None):
-        from mpk_runtime.errors import MpkError
+        from mpk_runtime import MpkError
 
         from .runner import SceneFailure
 

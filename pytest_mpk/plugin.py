@@ -1,8 +1,9 @@
 """The pytest plugin ``mpk`` (``pytest -p mpk``; loaded automatically once installed).
 
 Hooks and options only: the machinery lives in MpkSession (session.py), the nodes in items.py, a
-case's run in runner.py. Neither torch nor mpk_runtime is imported at module level, so that
-loading the plugin is cheap and xdist workers can be pinned to a GPU before CUDA starts.
+case's run in runner.py. Neither torch nor mpk_runtime is imported at module level (the options
+read mpk_runtime's torch-free arch table when they are added), so that loading the plugin is cheap
+and xdist workers can be pinned to a GPU before CUDA starts.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def _case_selector(text: str) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)
+
     group = parser.getgroup("mpk", "megakernel scene tests (pytest-mpk)")
-    group.addoption("--arch", dest="mpk_arch", metavar="ARCH", action="append", choices=("sm80", "sm90", "sm100", "auto"),
+    group.addoption("--arch", dest="mpk_arch", metavar="ARCH", action="append", choices=(*ARCH_NAMES, "auto"),
                     help="Target arch of the cases (repeatable; auto: the local GPU's, sm90 without one)")
     group.addoption("--mpk-backend", dest="mpk_backend", metavar="BACKEND", choices=devices.BACKENDS,
                     help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, "

@@ -44,28 +44,28 @@ class ReplayItem(pytest.Item):
         import torch
 
         import mpk_runtime as mpk
-        from mpk_runtime import artifacts, dtypes
+        from mpk_runtime import harness
 
         from . import compare
         from .runner import seed_of
 
         session = self.config.stash[SESSION_KEY]
         directory = self.path.parent
-        _, graph, signature, _ = artifacts.read(directory, self.rank)
+        signature = harness.read_compile_output(directory, self.rank).signature
         backend = devices.backend_for(self.arch, session.backend, session.local_arch())
         self.user_properties.append((BACKEND_PROPERTY, backend))
         torch.manual_seed(seed_of(self.nodeid))
         inputs, outs = {}, []
-        for t in signature["tensors"]:
-            dtype = dtypes.from_short(t["dtype"]).torch
-            if t["direction"] == "OUT":
-                outs.append(t["name"])
-                inputs[t["name"]] = compare.poison(torch.empty(t["shape"], dtype=dtype))
+        for t in signature.tensors:
+            dtype = harness.torch_dtype(t.dtype)
+            if t.direction == "OUT":
+                outs.append(t.name)
+                inputs[t.name] = compare.poison(torch.empty(t.shape, dtype=dtype))
             else:
-                if t["direction"] == "INOUT":
-                    outs.append(t["name"])
-                inputs[t["name"]] = (torch.randn(t["shape"]).to(dtype) if dtype.is_floating_point
-                                     else torch.randint(1, 64, t["shape"], dtype=dtype))
+                if t.direction == "INOUT":
+                    outs.append(t.name)
+                inputs[t.name] = (torch.randn(t.shape).to(dtype) if dtype.is_floating_point
+                                  else torch.randint(1, 64, t.shape, dtype=dtype))
 
         def kernel(emulate: bool, tensors: dict):
             if emulate:

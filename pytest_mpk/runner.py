@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import mpk_runtime as mpk
-from mpk_runtime import references
+from mpk_runtime import harness
 
 from . import compare, devices
 from .scene import Case, InOut, Out, SceneTestCase
@@ -67,7 +67,7 @@ def golden(scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[
     if compute is not None:
         result = compute(types.SimpleNamespace(**plain), dict(params))
     else:
-        fn = references.find(layer, search=search)
+        fn = harness.find_reference(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
         result = fn(**ins)
     if isinstance(result, dict):
@@ -193,12 +193,9 @@ def _holds_replay(setup: Setup) -> bool:
 
 
 def _profile_files(pk, setup: Setup) -> dict[str, Path]:
-    from mpk_runtime import profile_stats
-    from mpk_runtime.cli import swimlane
-
     files = dict(pk.profile_paths)
     png = setup.artifacts / "swimlane.png"
-    swimlane.draw(profile_stats.read_csv(files["csv"]), str(png), f"{shlex.split(setup.repro)[1]} ({setup.arch})")  # the node id
+    harness.draw_swimlane(files["csv"], png, f"{shlex.split(setup.repro)[1]} ({setup.arch})")  # the node id
     files["png"] = png
     return files
 

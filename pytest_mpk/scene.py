@@ -11,8 +11,8 @@
             pk.rmsnorm_layer(input=t.input, ..., block_dim=pk.block_dim)
 
 The plugin makes one pytest item per case and arch (``TestRMSNorm::b1[sm90]``) and one Hypothesis
-item per arch for SWEEP (``TestRMSNorm::sweep[sm90]``). This module imports neither torch nor
-mpk_runtime, so loading the plugin stays cheap.
+item per arch for SWEEP (``TestRMSNorm::sweep[sm90]``). This module imports no torch (only the
+torch-free arch table of mpk_runtime, when a Case names archs), so loading the plugin stays cheap.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-ARCHS = ("sm80", "sm90", "sm100")
 _SCENE_ATTR = "__mpk_scene__"
 
 
@@ -65,9 +64,11 @@ class Case:
                  manual: bool = False, **params: Any):
         if not isinstance(name, str) or not name or any(c in name for c in "[]:/ "):
             raise ValueError(f"Case name {name!r} must be a non-empty string without spaces, '[', ']', ':' or '/'")
-        bad = [a for a in (archs or ()) if a not in ARCHS]
+        from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)
+
+        bad = [a for a in (archs or ()) if a not in ARCH_NAMES]
         if bad:
-            raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCHS)}")
+            raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCH_NAMES)}")
         self.name, self.params, self.manual = name, params, manual
         self.archs = tuple(archs) if archs is not None else None
         self.rtol, self.atol, self.tolerances = rtol, atol, dict(tolerances or {})

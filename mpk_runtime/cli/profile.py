@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import profile_stats as ps
+from ..profile import stats as ps
 from .common import CliError, JsonArgumentParser, run
 
 
@@ -46,7 +46,7 @@ def answer(args: argparse.Namespace) -> dict:
         return {**kind, **ps.stats(picked, args.stat)}
     if args.per_layer:
         return {"layers": ps.per_layer(picked)}
-    from .swimlane import draw
+    from ..profile.swimlane import draw
 
     draw(picked, args.png, title=args.csv if args.task is None else f"{args.csv}: {args.task}")
     return {"png": args.png, "rows": len(picked), "workers": len({r.worker for r in picked})}

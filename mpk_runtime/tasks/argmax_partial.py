@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from .. import archs
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, SliceInfo, TaskSpec, register_task, split
 
 
 @register_task
@@ -17,7 +18,7 @@ class ArgmaxPartial(TaskSpec):
     inputs = {"input": split(x=1)}
     outputs = {"values": split(x=1), "indices": split(x=1)}
     token_dims = {"input": 0, "values": 0, "indices": 0}
-    headers = {arch: "common/argmax.cuh" for arch in ARCHS}
+    headers = {arch: "common/argmax.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::argmax_partial"
     reference = "argmax_partial"
     doc = """For logits input (batch, vocab) cut into grid-x chunks: values (batch, parts) float32
@@ -40,7 +41,7 @@ class ArgmaxPartial(TaskSpec):
         return [s["input"].dtype.cpp, batch, cols, s["input"].full_shape[1], s["values"].full_shape[1]]
 
     def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
-        from .. import references
+        from . import references
 
         v, i = references.find("argmax_partial")(inputs["input"], num_parts=1)
         outputs["values"].copy_(v)

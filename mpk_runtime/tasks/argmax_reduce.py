@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
+from .. import archs
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, SliceInfo, TaskSpec, register_task, split
 
 
 @register_task
@@ -16,7 +17,7 @@ class ArgmaxReduce(TaskSpec):
     inputs = {"values": split(x=0), "indices": split(x=0)}
     outputs = {"output": split(x=0)}
     token_dims = {"values": 0, "indices": 0, "output": 0}
-    headers = {arch: "common/argmax.cuh" for arch in ARCHS}
+    headers = {arch: "common/argmax.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::argmax_reduce"
     reference = "argmax_reduce"
     doc = """output[b] = indices[b, j] of the largest values[b, j] (lowest index on ties): the token of

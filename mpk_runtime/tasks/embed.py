@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from .. import archs, contract
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, TASK_ERROR_INDEX, Arg, SliceInfo, TaskFailure, TaskSpec, register_task, split, whole
+from .registry import Arg, SliceInfo, TaskFailure, TaskSpec, register_task, split, whole
 
 
 @register_task
@@ -17,7 +18,7 @@ class Embed(TaskSpec):
     inputs = {"input": whole(), "weight": split(x=1)}
     outputs = {"output": split(x=1)}
     token_dims = {"input": 0, "output": 0}
-    headers = {arch: "common/embed.cuh" for arch in ARCHS}
+    headers = {arch: "common/embed.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::embed"
     reference = "embed"
     doc = """output[b] = weight[input[b]]: input holds int64 token ids (batch,), e.g. the meta tensor
@@ -40,10 +41,10 @@ class Embed(TaskSpec):
         return [s["weight"].dtype.cpp, batch, s["weight"].full_shape[0], cols, s["weight"].full_shape[1],
                 s["output"].full_shape[1]]
 
-    def error_message(self, code: int, value: int, layer: dict, tensors: dict[str, dict]) -> str:
-        if code == TASK_ERROR_INDEX:
-            weight = next(a["tensor"] for a in layer["args"] if a["name"] == "weight")
-            vocab = tensors[weight]["shape"][0]
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        if code == contract.TASK_ERROR_INDEX:
+            weight = next(a.tensor for a in layer.args if a.name == "weight")
+            vocab = tensors[weight].shape[0]
             return f"token id {value} is outside the vocabulary [0, {vocab}) of {weight!r}"
         return super().error_message(code, value, layer, tensors)
 
@@ -51,5 +52,5 @@ class Embed(TaskSpec):
         tok, w = inputs["input"], inputs["weight"]
         bad = (tok < 0) | (tok >= w.shape[0])
         if bool(bad.any()):
-            raise TaskFailure(TASK_ERROR_INDEX, int(tok[bad][0]))
+            raise TaskFailure(contract.TASK_ERROR_INDEX, int(tok[bad][0]))
         super().emulate(inputs, outputs, values)

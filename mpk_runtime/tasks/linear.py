@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import archs
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split, whole
+from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 
 
 def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
@@ -39,7 +40,7 @@ class Linear(TaskSpec):
     inputs = {"input": whole(), "weight": split(x=0)}
     outputs = {"output": split(x=1)}
     token_dims = {"input": 0, "output": 0}
-    headers = {arch: "common/linear.cuh" for arch in ARCHS}
+    headers = {arch: "common/linear.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::linear"
     smem_function = "mpk::tasks::linear_smem_bytes"
     reference = "linear"

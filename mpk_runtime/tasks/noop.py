@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 
+from .. import archs
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, SliceInfo, TaskSpec, register_task, split
 
 PARTITION = split(x=0)
 
@@ -16,7 +17,7 @@ PARTITION = split(x=0)
 class Noop(TaskSpec):
     name = "noop"
     options = {"probe": False}
-    headers = {arch: "common/noop.cuh" for arch in ARCHS}
+    headers = {arch: "common/noop.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::noop"
     doc = """Tasks that do nothing but depend on their inputs and produce their outputs.
 

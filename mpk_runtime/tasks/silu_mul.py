@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from .. import archs
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import ARCHS, Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, SliceInfo, TaskSpec, register_task, split
 
 
 @register_task
@@ -17,7 +18,7 @@ class SiluMul(TaskSpec):
     inputs = {"input": split(x=1)}
     outputs = {"output": split(x=1)}
     token_dims = {"input": 0, "output": 0}
-    headers = {arch: "common/silu_mul.cuh" for arch in ARCHS}
+    headers = {arch: "common/silu_mul.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::silu_mul"
     reference = "silu_mul"
     doc = """output = silu(gate) * up, in fp32. input is (batch, 2 * inter), output (batch, inter);
@@ -39,6 +40,6 @@ class SiluMul(TaskSpec):
 
     def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
         # A task's slice is one [gate | up] group.
-        from .. import references
+        from . import references
 
         outputs["output"].copy_(references.find("silu_mul")(inputs["input"], num_groups=1))

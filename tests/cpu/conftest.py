@@ -10,7 +10,9 @@ import pytest
 from cpu_helpers import GraphBuilder
 
 import mpk_runtime as mpk
-from mpk_runtime import build, codegen
+from mpk_runtime.build import cache as build
+from mpk_runtime.codegen import dispatcher as codegen
+from mpk_runtime.graph import collect_variants
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,7 +51,7 @@ def noop_source() -> str:
     """The generated source of the smallest graph (one no-op layer) for sm80: the cheapest nvcc build."""
     g = GraphBuilder()
     g.noop([g.tensor("a")], [g.tensor("b")], 2)
-    variants, _ = codegen.collect_variants(g.graph)
+    variants, _ = collect_variants(g.graph)
     return codegen.generate(variants, "sm80")
 
 

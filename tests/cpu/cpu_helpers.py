@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import mpk_runtime as mpk
-from mpk_runtime.graph import DTensor, Layer, TaskGraph
+from mpk_runtime.graph import CompiledGraph, DTensor, Layer, TaskGraph, build_compiled, build_schedule, collect_variants
 from mpk_runtime.tasks import registry
 
 
@@ -42,6 +42,13 @@ class GraphBuilder:
         spec = registry.get(task)
         args, values = spec.bind(kwargs)
         return self.graph.add_layer(spec, (width, 1, 1), args, values)
+
+
+def compile_graph(graph: TaskGraph, workers: int = 2, placement: str = "round_robin", arch: str = "sm80",
+                  rank: int = 0) -> CompiledGraph:
+    """The compiled graph of ``graph`` (scheduled on ``workers`` with ``placement``), as compile() makes it."""
+    variants, of_layer = collect_variants(graph)
+    return build_compiled(graph, build_schedule(graph, workers, placement), variants, of_layer, arch, rank)
 
 
 def graph_of(pk: mpk.PersistentKernel) -> TaskGraph:

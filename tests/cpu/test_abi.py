@@ -7,11 +7,11 @@ import ctypes
 import re
 
 import pytest
-import torch
 
-from mpk_runtime import abi
+from mpk_runtime import contract
+from mpk_runtime.codegen import abi
 from mpk_runtime.errors import BuildError
-from mpk_runtime.launcher import Module
+from mpk_runtime.run.launcher import Module
 from mpk_runtime.tasks import registry
 
 
@@ -40,7 +40,7 @@ def test_descriptor_packs_and_unpacks():
 
 def test_module_reports_the_abi_version_and_its_target(noop_build):
     m = Module(noop_build.path)
-    assert m.lib.mpk_abi_version() == abi.ABI_VERSION
+    assert m.lib.mpk_abi_version() == contract.ABI_VERSION
     assert (m.worker_threads, m.target_sm, m.dynamic_smem_bytes) == (128, 80, 0)
     noop = registry.get("noop").opcode
     assert m.task_type_name(noop) == "noop"
@@ -68,8 +68,8 @@ def test_reported_offsets_equal_the_python_mirror(layout):
 def test_tampered_field_offset_names_the_field(layout):
     tampered = re.sub(r"(MpkTaskDesc=\d+.*?) wait_event:8\b", r"\1 wait_event:12", layout)
     assert tampered != layout
-    with pytest.raises(BuildError, match=r"m\.so: MpkTaskDesc layout differs from mpk_runtime/abi\.py \(wait_event at 12 "
-                                         r"!= 8\); csrc/runtime/abi\.h and abi\.py must change together"):
+    with pytest.raises(BuildError, match=r"m\.so: MpkTaskDesc layout differs from mpk_runtime/codegen/abi\.py \(wait_event at 12 "
+                                         r"!= 8\); csrc/runtime/abi\.h and mpk_runtime/codegen/abi\.py must change together"):
         abi.check_layout(tampered, "m.so")
 
 
@@ -102,20 +102,20 @@ def test_loading_a_non_module_is_a_build_error(tmp_path):
 def test_a_task_body_descriptor_has_no_wait_and_no_triggers():
     """pack_task without events (task bodies launched alone) keeps the slices and scalars of the
     runtime's descriptor and drops only the wait and the triggers."""
-    from mpk_runtime.device_graph import pack_task
+    from mpk_runtime.graph.compiled import EventInfo, LayerInfo, Scalar, SliceRef, TaskInfo
 
-    task = {"id": 5, "variant": 2, "layer": 1, "grid_idx": [3, 0, 0], "wait_event": 0, "triggers": [1, 2],
-            "inputs": [{"tensor": "a", "byte_offset": 16}], "outputs": [{"tensor": "b", "byte_offset": 0}]}
-    layer = {"id": 1, "opcode": 7, "scalars": [{"f": 1e-6}, {"i": 16}]}
-    tensors = {"a": torch.zeros(8), "b": torch.zeros(8)}
-    events = [{"trigger_count": 3}, {"trigger_count": 1}, {"trigger_count": 2}]
+    task = TaskInfo(5, "t", 1, 2, (3, 0, 0), (SliceRef("a", (0,), (4,), 16),), (SliceRef("b", (0,), (4,), 0),), (), 0, 0,
+                    (1, 2))
+    layer = LayerInfo(1, "l", "noop", 7, (8, 1, 1), {}, (), (Scalar(1e-6, False), Scalar(16, True)), 0, 8, ())
+    pointers = {"a": 4096, "b": 8192}
+    events = (EventInfo(0, 3, (), ()), EventInfo(1, 1, (), ()), EventInfo(2, 2, (), ()))
     extra: list[int] = []
-    full = abi.TASK_DESC.unpack(pack_task(task, layer, tensors, events, extra))
-    alone = abi.TASK_DESC.unpack(pack_task(task, layer, tensors))
+    full = abi.TASK_DESC.unpack(abi.pack_task(task, layer, pointers, events, extra))
+    alone = abi.TASK_DESC.unpack(abi.pack_task(task, layer, pointers))
     names = [n for n, f in abi.TASK_DESC_FIELDS for _ in range(int(f[:-1]) if f[:-1] else 1)]
     f, a = dict(zip(names, full)), dict(zip(names, alone))
     assert (f["num_triggers"], f["wait_event"], f["wait_count"], f["first_trigger"]) == (2, 0, 3, 1)
     assert f["flags"] == abi.FLAG_FIRST_TRIGGER_SINGLE and extra == [2]
-    assert (a["num_triggers"], a["wait_event"], a["wait_count"], a["flags"]) == (0, abi.NO_EVENT, 0, 0)
+    assert (a["num_triggers"], a["wait_event"], a["wait_count"], a["flags"]) == (0, contract.NO_EVENT, 0, 0)
     assert full[names.index("scalars"):] == alone[names.index("scalars"):]  # scalars and slice pointers
     assert a["task_id"] == 5 and a["variant"] == 2 and a["task_type"] == 7

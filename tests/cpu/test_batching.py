@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mpk_runtime as mpk
-from mpk_runtime import meta, params
-from mpk_runtime.batching import BatchConfig, BatchPlanner, PagesExhausted, run_iterations
 from mpk_runtime.errors import ConfigError, KernelError
+from mpk_runtime.frontend import meta, params
+from mpk_runtime.run.batching import BatchConfig, BatchPlanner, PagesExhausted, run_iterations
 
 
 def setup(prompts: list[int] | None = None, **overrides) -> tuple[BatchConfig, dict[str, torch.Tensor]]:

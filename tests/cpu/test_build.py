@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from mpk_runtime import build, codegen
+from mpk_runtime import resources
+from mpk_runtime.build import artifacts
+from mpk_runtime.build import cache as build
+from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BuildError, ConfigError
-from mpk_runtime.launcher import Module
+from mpk_runtime.run.launcher import Module
 
 
 def test_key_is_deterministic_and_changes_with_the_source(noop_source):
@@ -30,22 +33,22 @@ def test_key_changes_with_the_arch(noop_source):
 
 def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, monkeypatch):
     csrc = tmp_path.resolve() / "csrc"
-    shutil.copytree(build.CSRC, csrc)
+    shutil.copytree(resources.CSRC, csrc)
     key = build.cache_key(noop_source, "sm80")
-    monkeypatch.setattr(build, "CSRC", csrc)
+    monkeypatch.setattr(resources, "CSRC", csrc)
     assert build.cache_key(noop_source, "sm80") == key  # same content, same key
     with open(csrc / "tasks" / "common" / "rmsnorm.cuh", "a") as f:
         f.write("\n// not included by a noop-only graph\n")
     assert build.cache_key(noop_source, "sm80") == key
-    with open(csrc / "runtime" / "sync.cuh", "a") as f:  # included through the runtime, transitively
+    with open(csrc / "runtime" / "abi.h", "a") as f:  # included through the runtime, transitively
         f.write("\n// changed\n")
     assert build.cache_key(noop_source, "sm80") != key
 
 
 def test_included_headers_are_found_transitively(noop_source):
-    found = {str(p.relative_to(build.CSRC)) for p in build.included_headers(noop_source)}
-    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "runtime/sync.cuh", "runtime/host.cuh",
-            "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh", "tasks/common/block_reduce.cuh"} <= found
+    found = {str(p.relative_to(resources.CSRC)) for p in build.included_headers(noop_source)}
+    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "runtime/host.cuh",
+            "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh"} <= found
     assert "tasks/common/rmsnorm.cuh" not in found
 
 
@@ -57,7 +60,8 @@ def test_included_headers_are_found_transitively(noop_source):
 def test_flags_per_arch(arch, gencode):
     flags = build.flags_for(arch)
     assert gencode in flags and f"-DMPK_TARGET_SM={arch[2:]}" in flags
-    assert "-shared" in flags and f"-I{build.CSRC}" in flags
+    assert f"-DMPK_WORKER_THREADS={128 if arch == 'sm80' else 256}" in flags  # from the arch table
+    assert "-shared" in flags and f"-I{resources.CSRC}" in flags
 
 
 def test_unknown_arch():
@@ -161,16 +165,16 @@ def test_entry_stays_in_the_cache_whatever_the_name(monkeypatch, tmp_path):
 
 def test_write_if_changed_keeps_unchanged_files(tmp_path):
     path = tmp_path / "sub" / "f.cu"
-    assert build.write_if_changed(path, "a")
+    assert artifacts.write_if_changed(path, "a")
     os.utime(path, (1, 1))
-    assert not build.write_if_changed(path, "a") and path.stat().st_mtime == 1
-    assert build.write_if_changed(path, "b") and path.read_text() == "b"
+    assert not artifacts.write_if_changed(path, "a") and path.stat().st_mtime == 1
+    assert artifacts.write_if_changed(path, "b") and path.read_text() == "b"
 
 
 def _race(source: str, barrier, results) -> None:
     """One process of the race: wait for all, ask for the module, load it, report."""
-    from mpk_runtime import build as b
-    from mpk_runtime.launcher import Module as M
+    from mpk_runtime.build import cache as b
+    from mpk_runtime.run.launcher import Module as M
 
     barrier.wait(timeout=120)
     result = b.build_module(source, "sm80", "race")

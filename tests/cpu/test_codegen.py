@@ -10,8 +10,9 @@ import pytest
 import torch
 from cpu_helpers import GraphBuilder
 
-from mpk_runtime import codegen
+from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import ConfigError
+from mpk_runtime.graph import collect_variants
 from mpk_runtime.tasks import registry
 
 NOOP, RMSNORM = registry.get("noop"), registry.get("rmsnorm")
@@ -35,7 +36,7 @@ def noop_graph(width: int = 2, rows: int = 8) -> GraphBuilder:
 
 
 def source_of(g: GraphBuilder, arch: str = "sm80") -> str:
-    variants, _ = codegen.collect_variants(g.graph)
+    variants, _ = collect_variants(g.graph)
     return codegen.generate(variants, arch)
 
 
@@ -85,7 +86,7 @@ def test_enum_and_name_table_hold_the_used_tasks_with_registry_opcodes():
 
 def test_identical_layers_share_one_dispatcher_case():
     g = rmsnorm_chain(layers=3)
-    variants, of_layer = codegen.collect_variants(g.graph)
+    variants, of_layer = collect_variants(g.graph)
     assert len(variants) == 1 and of_layer == {0: 0, 1: 0, 2: 0}
     assert variants[0].layers == ["rmsnorm_0", "rmsnorm_1", "rmsnorm_2"]
     src = codegen.generate(variants, "sm90")
@@ -101,7 +102,7 @@ def test_one_case_per_distinct_variant():
               grid=4)  # another: fp16, 4 rows of 1024
     a, b = g.tensor("a"), g.tensor("b")
     g.noop([a], [b], 2)  # a third
-    variants, of_layer = codegen.collect_variants(g.graph)
+    variants, of_layer = collect_variants(g.graph)
     calls = [v.call for v in variants]
     assert calls[0].startswith("mpk::tasks::rmsnorm<__nv_bfloat16, 1, 4096")
     assert calls[1].startswith("mpk::tasks::rmsnorm<__half, 4, 1024")
@@ -111,7 +112,7 @@ def test_one_case_per_distinct_variant():
 
 
 def test_many_layers_of_one_variant_are_summarised_in_the_comment():
-    variants, _ = codegen.collect_variants(rmsnorm_chain(layers=6).graph)
+    variants, _ = collect_variants(rmsnorm_chain(layers=6).graph)
     assert "case 0:  // rmsnorm_0, rmsnorm_1, rmsnorm_2, rmsnorm_3 ..." in codegen.generate(variants, "sm80")
 
 
@@ -146,12 +147,12 @@ def test_no_pointers_or_task_counts_in_the_source():
 ])
 def test_module_name_is_readable(build, name):
     """Task, dtype and slice shape first (more template arguments may follow)."""
-    variants, _ = codegen.collect_variants(build().graph)
+    variants, _ = collect_variants(build().graph)
     assert re.fullmatch(rf"{name}(_\w+)?", codegen.module_name(variants))
 
 
 def test_module_name_of_a_noop_graph():
-    assert codegen.module_name(codegen.collect_variants(noop_graph().graph)[0]) == "noop"
+    assert codegen.module_name(collect_variants(noop_graph().graph)[0]) == "noop"
 
 
 def test_module_name_of_mixed_and_many_variants():
@@ -162,7 +163,7 @@ def test_module_name_of_mixed_and_many_variants():
         bf16 = {"dtype": torch.bfloat16}
         g.rmsnorm(g.tensor(f"x{hidden}", 2, hidden, **bf16), g.tensor(f"w{hidden}", hidden, **bf16),
                   g.tensor(f"y{hidden}", 2, hidden, **bf16), grid=2)
-    variants, _ = codegen.collect_variants(g.graph)
+    variants, _ = collect_variants(g.graph)
     name = codegen.module_name(variants)
     assert re.fullmatch(r"noop\+rmsnorm_bf16_1_64(_\w+)?\+rmsnorm_bf16_1_128(_\w+)?\+2more", name)
     assert re.fullmatch(r"[A-Za-z0-9_+.-]{1,80}", name)
@@ -173,5 +174,5 @@ def test_noop_variants_collapse_in_the_module_name():
     a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c")
     g.noop([a], [b], 1)
     g.noop([a, b], [c], 2)  # another variant (two inputs), same name part
-    variants, _ = codegen.collect_variants(g.graph)
+    variants, _ = collect_variants(g.graph)
     assert len(variants) == 2 and codegen.module_name(variants) == "noop"

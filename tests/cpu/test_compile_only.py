@@ -13,9 +13,10 @@ import torch
 from cpu_helpers import graph_of, rmsnorm_tensors
 
 import mpk_runtime as mpk
-from mpk_runtime import codegen
+from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BlockDimError, ConfigError, DeviceError, DTypeError, ShapeError, StateError
-from mpk_runtime.launcher import Module
+from mpk_runtime.graph import collect_variants
+from mpk_runtime.run.launcher import Module
 from mpk_runtime.tasks import registry
 
 BLOCK = {80: (128, 1, 1), 90: (256, 1, 1), 100: (256, 1, 1)}
@@ -240,7 +241,7 @@ def test_module_name_of_the_rmsnorm_graph(make_pk):
     pk = make_pk(90)
     x, w, y = rmsnorm_tensors(pk)
     pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
-    assert re.fullmatch(r"rmsnorm_bf16_16_4096(_\w+)?", codegen.module_name(codegen.collect_variants(graph_of(pk))[0]))
+    assert re.fullmatch(r"rmsnorm_bf16_16_4096(_\w+)?", codegen.module_name(collect_variants(graph_of(pk))[0]))
 
 
 def test_running_kernel_needs_a_gpu():

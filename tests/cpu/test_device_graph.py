@@ -6,31 +6,33 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_helpers import GraphBuilder
+from cpu_helpers import GraphBuilder, compile_graph
 
 import mpk_runtime as mpk
-from mpk_runtime import abi, artifacts, codegen, meta, params
-from mpk_runtime.device_graph import DeviceGraph
-from mpk_runtime.schedule import build_schedule
+from mpk_runtime import contract
+from mpk_runtime.codegen import abi
+from mpk_runtime.frontend import meta, params
+from mpk_runtime.graph import CompiledGraph
+from mpk_runtime.run.device_graph import DeviceGraph, LaunchConfig
 from mpk_runtime.tasks import registry
 
 CPU = torch.device("cpu")
 FIELDS = [name for name, fmt in abi.TASK_DESC_FIELDS for _ in range(int(fmt[:-1] or 1))]
 
 
-def build(g: GraphBuilder, workers: int = 2) -> tuple[DeviceGraph, dict, dict[str, torch.Tensor]]:
-    """(the device graph, its task graph JSON, its tensors) of ``g`` dealt round robin."""
+def build(g: GraphBuilder, workers: int = 2) -> tuple[DeviceGraph, CompiledGraph, dict[str, torch.Tensor]]:
+    """(the device graph, its compiled graph, its tensors) of ``g`` dealt round robin."""
     p = params.parse({**mpk.PersistentKernel.get_default_init_parameters(), "num_workers": workers,
                       "placement": "round_robin", "watchdog_timeout": 2.5})
-    schedule = build_schedule(g.graph, p.num_workers, p.placement)
-    variants, of_layer = codegen.collect_variants(g.graph)
-    graph = artifacts.graph_json(g.graph, schedule, variants, of_layer, "sm80", p)
+    graph = compile_graph(g.graph, workers)
     tensors = {name: t.data for name, t in g.graph.tensors.items()}
-    return DeviceGraph(graph, tensors, meta.build(p, CPU), p, CPU), graph, tensors
+    m = meta.build(p, CPU)
+    launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
+    return DeviceGraph(graph, tensors, m, launch, meta.batch_config(p, m), CPU), graph, tensors
 
 
 @pytest.fixture
-def device_graph() -> tuple[DeviceGraph, dict, dict[str, torch.Tensor]]:
+def device_graph() -> tuple[DeviceGraph, CompiledGraph, dict[str, torch.Tensor]]:
     """Two producers (0 on worker 0, 1 on worker 1); task 2 needs both (one event of two), tasks
     3 and 4 need one each (events of one); round robin over two workers."""
     g = GraphBuilder()
@@ -57,8 +59,7 @@ def descriptors(dg: DeviceGraph) -> dict[int, dict]:
 
 def test_descriptors_are_laid_out_by_queue(device_graph):
     dg, graph, _ = device_graph
-    queues = graph["schedule"]["queues"]
-    assert queues == [[0, 2, 4], [1, 3]]
+    assert graph.schedule.queues == ((0, 2, 4), (1, 3))
     assert dg.order == [0, 2, 4, 1, 3]
     assert dg.queue_offsets.tolist() == [0, 3, 5]
     assert dg.tasks.numel() == 5 * abi.TASK_DESC.size
@@ -66,14 +67,14 @@ def test_descriptors_are_laid_out_by_queue(device_graph):
 
 def test_events_of_the_fixture(device_graph):
     _, graph, _ = device_graph
-    events = [(e["producers"], e["consumers"]) for e in graph["schedule"]["events"]]
-    assert events == [([0, 1], [2]), ([0], [3]), ([1], [4])]
+    events = [(e.producers, e.consumers) for e in graph.schedule.events]
+    assert events == [((0, 1), (2,)), ((0,), (3,)), ((1,), (4,))]
 
 
 def test_wait_fields(device_graph):
     dg, _, _ = device_graph
     d = descriptors(dg)
-    assert (d[0]["wait_event"], d[0]["wait_count"]) == (abi.NO_EVENT, 0)
+    assert (d[0]["wait_event"], d[0]["wait_count"]) == (contract.NO_EVENT, 0)
     assert (d[2]["wait_event"], d[2]["wait_count"]) == (0, 2)  # both producers
     assert (d[3]["wait_event"], d[3]["wait_count"]) == (1, 1)
     assert (d[4]["wait_event"], d[4]["wait_count"]) == (2, 1)
@@ -106,10 +107,10 @@ def test_identity_fields(device_graph):
     dg, graph, _ = device_graph
     d = descriptors(dg)
     noop = registry.get("noop").opcode
-    for t in graph["tasks"]:
-        got = d[t["id"]]
-        assert got["task_type"] == noop and got["variant"] == t["variant"] and got["layer"] == t["layer"]
-        assert got["grid_idx"] == t["grid_idx"]
+    for t in graph.tasks:
+        got = d[t.id]
+        assert got["task_type"] == noop and got["variant"] == t.variant and got["layer"] == t.layer
+        assert got["grid_idx"] == list(t.grid_idx)
 
 
 def test_slice_pointers_carry_the_byte_offsets(device_graph):

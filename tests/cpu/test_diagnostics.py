@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_helpers import GraphBuilder
+from cpu_helpers import GraphBuilder, compile_graph
 
-import mpk_runtime as mpk
-from mpk_runtime import abi, artifacts, codegen, diagnostics, params
+from mpk_runtime import contract
+from mpk_runtime.codegen import abi
 from mpk_runtime.errors import KernelError, WatchdogError
-from mpk_runtime.schedule import build_schedule
+from mpk_runtime.run import diagnostics
 
 NOT_WAITING = [-1, -1]  # 0xffffffff: the device's "no task"
 
@@ -23,10 +23,7 @@ def fan_in_view(width: int = 2) -> diagnostics.ScheduleView:
     a, b, c = g.tensor("a", rows=width), g.tensor("b", rows=width), g.tensor("c", rows=1)
     g.noop([a], [b], width)
     g.noop([b], [c], 1)
-    schedule = build_schedule(g.graph, width, "round_robin")
-    variants, of_layer = codegen.collect_variants(g.graph)
-    p = params.parse(mpk.PersistentKernel.get_default_init_parameters())
-    return diagnostics.ScheduleView.from_json(artifacts.graph_json(g.graph, schedule, variants, of_layer, "sm80", p))
+    return diagnostics.ScheduleView.of(compile_graph(g.graph, width))
 
 
 def record(view, iteration: int, lid: int, status: list[list[int]], progress: list[int]) -> list[dict]:
@@ -109,13 +106,13 @@ def status(code: int, iterations: int = 0, detail: tuple[int, ...] = (0, 0, 0, 0
 
 def test_watchdog_status_becomes_a_watchdog_error_with_the_record():
     rec = [{"worker": 0}]
-    err = diagnostics.status_error(status(abi.STATUS_WATCHDOG), 3, lambda st: (f"idle {st.idle_ns}", rec))
+    err = diagnostics.status_error(status(contract.STATUS_WATCHDOG), 3, lambda st: (f"idle {st.idle_ns}", rec))
     assert isinstance(err, WatchdogError) and err.record == rec
     assert str(err) == "launch 3: idle 7000000000"
 
 
 def test_pages_exhausted_status():
-    err = diagnostics.status_error(status(abi.STATUS_PAGES_EXHAUSTED, 4, (2, 5, 3)), 1, None)
+    err = diagnostics.status_error(status(contract.STATUS_PAGES_EXHAUSTED, 4, (2, 5, 3)), 1, None)
     assert type(err) is KernelError
     assert str(err) == ("launch 1: prepare_next_batch ran out of KV pages in iteration 4: request 2 needs 5 pages and "
                         "holds 3, and the page queue is empty; raise max_num_pages")
@@ -123,5 +120,5 @@ def test_pages_exhausted_status():
 
 def test_skipped_and_unknown_status():
     assert "launch 2 did not run: an earlier launch stopped half-way" in str(
-        diagnostics.status_error(status(abi.STATUS_SKIPPED), 2, None))
+        diagnostics.status_error(status(contract.STATUS_SKIPPED), 2, None))
     assert str(diagnostics.status_error(status(99), 5, None)) == "launch 5 ended with unknown status 99"

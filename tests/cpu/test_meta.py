@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import mpk_runtime as mpk
-from mpk_runtime import meta, params
 from mpk_runtime.errors import ConfigError, MetaTensorError
+from mpk_runtime.frontend import meta, params
 
 CPU = torch.device("cpu")
 I32, I64 = torch.int32, torch.int64

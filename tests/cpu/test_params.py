@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import mpk_runtime as mpk
-from mpk_runtime import params
 from mpk_runtime.errors import ConfigError, MpkError
+from mpk_runtime.frontend import params
 
 DEFAULTS = {
     "mode": "offline",

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mpk_runtime.graph import TaskGraph
-from mpk_runtime.schedule import POLICIES, Schedule, build_schedule
+from mpk_runtime.graph.schedule import POLICIES, Schedule, build_schedule
 
 
 class Deadlock(AssertionError):

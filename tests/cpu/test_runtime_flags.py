@@ -8,6 +8,8 @@ import torch
 
 import mpk_runtime as mpk
 from mpk_runtime.errors import CoResidencyError
+from mpk_runtime.run.device_graph import LaunchConfig
+from mpk_runtime.run.lifecycle import check_co_residency
 
 
 def rmsnorm_kernel(**overrides) -> mpk.PersistentKernel:
@@ -45,10 +47,9 @@ class FakeModule:
 
 
 def test_co_residency_error_names_the_numbers_and_the_fix():
-    pk = rmsnorm_kernel(num_workers=140, num_local_schedulers=4)
-    pk.device = torch.device("cuda", 0)  # the check runs before launch, on the GPU path
+    launch = LaunchConfig(num_workers=140, num_schedulers=4, watchdog_timeout=5.0)
     with pytest.raises(CoResidencyError, match=r"num_workers=140 worker CTAs \+ 1 scheduler CTA\(s\) = 141 CTAs must all "
                                                r"be resident, but only 1 fit per SM x 132 SMs = 132 .* use num_workers <= "
                                                r"131 \(mpk_runtime.get_configurations_from_gpu gives a fitting pair\)"):
-        pk._check_co_residency(FakeModule(per_sm=1, sms=132))
-    pk._check_co_residency(FakeModule(per_sm=2, sms=132))  # 141 <= 264: fits
+        check_co_residency(FakeModule(per_sm=1, sms=132), 0, launch, 256)
+    check_co_residency(FakeModule(per_sm=2, sms=132), 0, launch, 256)  # 141 <= 264: fits

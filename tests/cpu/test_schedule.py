@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from cpu_helpers import GraphBuilder
+from cpu_helpers import GraphBuilder, compile_graph
 
 from mpk_runtime.errors import ConfigError
-from mpk_runtime.schedule import POLICIES, build_schedule
+from mpk_runtime.graph.schedule import POLICIES, build_schedule
 
 
 def chain(width: int, depth: int) -> GraphBuilder:
@@ -125,8 +125,7 @@ def test_schedule_json():
     a, b, c = g.tensor("a"), g.tensor("b"), g.tensor("c", rows=1)
     g.noop([a], [b], 2)
     g.noop([b], [c], 1)
-    s = build_schedule(g.graph, 3, "round_robin")
-    data = json.loads(json.dumps(s.to_json()))
+    data = json.loads(json.dumps(compile_graph(g.graph, 3).to_json()))["schedule"]
     assert data["policy"] == "round_robin" and data["num_workers"] == 3
     assert data["queues"] == [[0], [1], [2]]
     assert data["end_of_task_graph"]["trigger_count"] == 3  # one per worker with a non-empty queue
@@ -134,5 +133,4 @@ def test_schedule_json():
 
 
 def test_end_of_task_graph_counts_only_busy_workers():
-    s = build_schedule(chain(width=2, depth=1).graph, 8, "round_robin")
-    assert s.to_json()["end_of_task_graph"]["trigger_count"] == 2
+    assert compile_graph(chain(width=2, depth=1).graph, 8).schedule.end_trigger_count == 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpk_runtime import batching, meta
+from mpk_runtime.frontend import meta
+from mpk_runtime.run import batching
 
 
 def noop_graph(pk):

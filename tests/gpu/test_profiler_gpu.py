@@ -41,10 +41,9 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
 
     out = os.environ.get("OUT")
     if out:  # the device run keeps a swimlane picture for docs/
-        from mpk_runtime import profile_stats
-        from mpk_runtime.cli import swimlane
+        from mpk_runtime.profile import stats, swimlane
 
-        swimlane.draw(profile_stats.read_csv(pk.profile_paths["csv"]), str(Path(out) / "swimlane_linear_chain.png"),
+        swimlane.draw(stats.read_csv(pk.profile_paths["csv"]), str(Path(out) / "swimlane_linear_chain.png"),
                       f"10 chained linears (8192 x 8192 bf16, 128 tasks each) on {torch.cuda.get_device_name()}")
     rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
     assert len(rows) == layers * tasks  # one row (a begin and its end) per task
@@ -54,9 +53,9 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
         lo, hi = per_layer.get(r["layer"], (float("inf"), 0))
         per_layer[r["layer"]] = (min(lo, int(r["begin_ns"])), max(hi, int(r["end_ns"])))
     total_us = sum(hi - lo for lo, hi in per_layer.values()) / 1e3
-    from mpk_runtime import profiler
+    from mpk_runtime.profile import decode
 
-    prof_spans = profiler.decode(prof.cpu(), pk.params.num_workers, pk.params.num_local_schedulers).prepare
+    prof_spans = decode.decode(prof.cpu(), pk.params.num_workers, pk.params.num_local_schedulers).prepare
     kernel_us = (max(p.end_ns for p in prof_spans) - min(p.begin_ns for p in prof_spans)) / 1e3
     wall_us = (max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3
     figures = dict(per_layer_total_us=total_us, event_us=round(event_us, 1), task_wall_us=wall_us,

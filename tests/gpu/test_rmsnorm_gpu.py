@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpk_runtime.references import find
+from mpk_runtime.harness import find_reference as find
 
 rmsnorm = find("rmsnorm")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import mpk_runtime as mpk
-from mpk_runtime.references import find
+from mpk_runtime.harness import find_reference as find
 
 bf = torch.bfloat16
 

@@ -24,7 +24,7 @@ def test_unsatisfiable_dependency_raises_watchdog_error(make_pk):
     pk = make_pk(placement="round_robin", watchdog_timeout=0.5)
     ts = chain(pk)
     blocked = 3  # its producer is task 2; ask for two increments per iteration instead of one
-    pk._device_graph.set_wait_count(blocked, 2)
+    pk._runner.device_graph.set_wait_count(blocked, 2)
     start = time.perf_counter()
     pk()
     with pytest.raises(mpk.WatchdogError) as info:
@@ -38,7 +38,7 @@ def test_unsatisfiable_dependency_raises_watchdog_error(make_pk):
     assert [t.data.item() for t in ts[:4]] == [1, 2, 3, 4] and ts[4].data.item() == -7
 
     # the same kernel recovers once the dependency is satisfiable again
-    pk._device_graph.set_wait_count(blocked, 1)
+    pk._runner.device_graph.set_wait_count(blocked, 1)
     for t in ts[1:]:
         t.data.fill_(-7)
     pk()
@@ -63,12 +63,12 @@ def test_process_still_builds_and_runs_after_a_watchdog_stop(make_pk):
 def test_launches_after_a_stopped_one_are_skipped_and_reported(make_pk):
     pk = make_pk(placement="round_robin", watchdog_timeout=0.3)
     ts = chain(pk, n=3)
-    pk._device_graph.set_wait_count(2, 5)
+    pk._runner.device_graph.set_wait_count(2, 5)
     pk()
     pk()  # queued behind the one that will be stopped
     with pytest.raises(mpk.WatchdogError, match="launch 1"):
         pk.synchronize(timeout=30)
-    pk._device_graph.set_wait_count(2, 1)
+    pk._runner.device_graph.set_wait_count(2, 1)
     pk()
     pk.synchronize(timeout=30)
     assert [t.data.item() for t in ts] == [1, 2, 3, 4]

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 import torch
 
+from mpk_runtime.harness import ARCH_NAMES
 from pytest_mpk import devices
 from pytest_mpk.devices import COMPILED, EMULATED, GPU
 
@@ -93,7 +94,7 @@ def test_local_arch_without_a_gpu() -> None:
 # PTX JIT; sm90a and sm100a code only on their own arch.
 RUNS_ON = {("sm80", "sm80"), ("sm80", "sm90"), ("sm80", "sm100"), ("sm90", "sm90"), ("sm100", "sm100")}
 LOCALS = [None, "sm80", "sm90", "sm100"]
-COMBINATIONS = list(itertools.product(devices.ARCHS, LOCALS))
+COMBINATIONS = list(itertools.product(ARCH_NAMES, LOCALS))
 
 
 @pytest.mark.parametrize(("arch", "local"), COMBINATIONS)

@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from mpk_runtime import abi
+from mpk_runtime import contract
+from mpk_runtime.graph.compiled import CompiledGraph, LayerInfo, ScheduleInfo, TaskInfo
 
 
 class DeviceRecorder:
@@ -31,13 +32,13 @@ class DeviceRecorder:
             self.words[base + 2 + 2 * n] = id_ | (kind & 0xFF) << 32 | (iteration & 0xFFFFFF) << 40
 
     def task(self, worker: int, task: int, begin: int, end: int, iteration: int = 0) -> None:
-        self.record(worker, abi.PROF_TASK_BEGIN, task, iteration, begin)
-        self.record(worker, abi.PROF_TASK_END, task, iteration, end)
+        self.record(worker, contract.PROF_TASK_BEGIN, task, iteration, begin)
+        self.record(worker, contract.PROF_TASK_END, task, iteration, end)
 
     def prepare(self, iteration: int, begin: int, end: int) -> None:
         region = self.num_workers  # scheduler 0, the controller
-        self.record(region, abi.PROF_PREPARE_BEGIN, iteration, iteration, begin)
-        self.record(region, abi.PROF_PREPARE_END, iteration, iteration, end)
+        self.record(region, contract.PROF_PREPARE_BEGIN, iteration, iteration, begin)
+        self.record(region, contract.PROF_PREPARE_END, iteration, iteration, end)
 
     def tensor(self) -> torch.Tensor:
         return torch.tensor(self.words, dtype=torch.uint64)
@@ -51,17 +52,18 @@ def recorder():
 
 
 @pytest.fixture
-def graph() -> dict:
-    """The parts of artifacts.graph_json that the profiler reads: rmsnorm_0 (tasks 0, 1), noop_0
-    (task 2), noop_1 (task 3); two task types."""
-    layers = [{"id": 0, "name": "rmsnorm_0", "task": "rmsnorm", "opcode": 2},
-              {"id": 1, "name": "noop_0", "task": "noop", "opcode": 1},
-              {"id": 2, "name": "noop_1", "task": "noop", "opcode": 1}]
-    tasks = [{"id": 0, "label": "rmsnorm_0[0]", "layer": 0, "variant": 0},
-             {"id": 1, "label": "rmsnorm_0[1]", "layer": 0, "variant": 0},
-             {"id": 2, "label": "noop_0[0]", "layer": 1, "variant": 1},
-             {"id": 3, "label": "noop_1[0]", "layer": 2, "variant": 1}]
-    return {"format": "mpk-task-graph", "layers": layers, "tasks": tasks}
+def graph() -> CompiledGraph:
+    """A compiled graph with what the profiler reads: rmsnorm_0 (tasks 0, 1), noop_0 (task 2),
+    noop_1 (task 3); two task types, two workers."""
+    layers = tuple(LayerInfo(i, name, task, opcode, (n, 1, 1), {}, (), (), first, n, ())
+                   for i, (name, task, opcode, first, n) in enumerate([("rmsnorm_0", "rmsnorm", 2, 0, 2),
+                                                                       ("noop_0", "noop", 1, 2, 1),
+                                                                       ("noop_1", "noop", 1, 3, 1)]))
+    tasks = tuple(TaskInfo(i, label, layer, variant, (0, 0, 0), (), (), (), i % 2, None, ())
+                  for i, (label, layer, variant) in enumerate([("rmsnorm_0[0]", 0, 0), ("rmsnorm_0[1]", 0, 0),
+                                                               ("noop_0[0]", 1, 1), ("noop_1[0]", 2, 1)]))
+    schedule = ScheduleInfo("round_robin", 2, ((0, 2), (1, 3)), 2, ())
+    return CompiledGraph("sm90", 0, (), layers, (), tasks, schedule)
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpk_runtime import abi
-from mpk_runtime.profile_stats import ProfileError
-from mpk_runtime.profiler import Dangling, PrepareSpan, TaskSpan, decode
+from mpk_runtime import contract
+from mpk_runtime.profile.decode import Dangling, PrepareSpan, TaskSpan, decode
+from mpk_runtime.profile.stats import ProfileError
 
 T0 = 1_700_000_000_000_000_000  # a %globaltimer value (ns since the epoch): beyond 32 bits
 
@@ -64,17 +64,17 @@ def test_overflow_counts_dropped_records_and_keeps_the_first(recorder):
 
 def test_a_lost_end_in_the_middle_leaves_both_neighbours_intact():
     # Records written by hand: task 5 began and the next record is task 6's begin.
-    words = [3, T0, 5 | abi.PROF_TASK_BEGIN << 32, T0 + 10, 6 | abi.PROF_TASK_BEGIN << 32,
-             T0 + 20, 6 | abi.PROF_TASK_END << 32, 0, 0, 0, 0, 0, 0, 0]
+    words = [3, T0, 5 | contract.PROF_TASK_BEGIN << 32, T0 + 10, 6 | contract.PROF_TASK_BEGIN << 32,
+             T0 + 20, 6 | contract.PROF_TASK_END << 32, 0, 0, 0, 0, 0, 0, 0]
     p = decode(words, 1, 1)
     assert p.tasks == [TaskSpan(6, 0, 0, 0, T0 + 10, T0 + 20)]
     assert p.dangling == [Dangling("worker 0", "begin", "task", 5, 0, T0)]
 
 
 def test_an_end_without_its_begin_and_a_mismatched_end_are_dangling():
-    words = [3, T0, 4 | abi.PROF_TASK_END << 32,  # nothing open
-             T0 + 5, 7 | abi.PROF_TASK_BEGIN << 32,
-             T0 + 9, 8 | abi.PROF_TASK_END << 32,  # ends a task that is not the open one
+    words = [3, T0, 4 | contract.PROF_TASK_END << 32,  # nothing open
+             T0 + 5, 7 | contract.PROF_TASK_BEGIN << 32,
+             T0 + 9, 8 | contract.PROF_TASK_END << 32,  # ends a task that is not the open one
              0, 0, 0, 0, 0, 0, 0]
     p = decode(words, 1, 1)
     assert p.tasks == []
@@ -92,7 +92,7 @@ def test_a_dangling_prepare_next_batch(recorder):
 
 
 def test_the_same_task_in_another_iteration_does_not_close_a_span():
-    words = [2, T0, 3 | abi.PROF_TASK_BEGIN << 32, T0 + 4, 3 | abi.PROF_TASK_END << 32 | 1 << 40, 0, 0, 0, 0, 0]
+    words = [2, T0, 3 | contract.PROF_TASK_BEGIN << 32, T0 + 4, 3 | contract.PROF_TASK_END << 32 | 1 << 40, 0, 0, 0, 0, 0]
     p = decode(words, 1, 1)
     assert not p.tasks
     assert [(d.edge, d.iteration) for d in p.dangling] == [("begin", 0), ("end", 1)]
@@ -134,8 +134,8 @@ def test_unusable_buffers_are_errors(buffer, workers, schedulers, match):
 
 @pytest.mark.parametrize("region, kind, match", [
     (0, 9, "record kind 9"),
-    (0, abi.PROF_PREPARE_BEGIN, "not one a worker writes"),
-    (1, abi.PROF_TASK_BEGIN, "not one a scheduler writes"),
+    (0, contract.PROF_PREPARE_BEGIN, "not one a worker writes"),
+    (1, contract.PROF_TASK_BEGIN, "not one a scheduler writes"),
 ])
 def test_records_from_another_abi_are_errors(recorder, region, kind, match):
     dev = recorder(2 * 5, num_workers=1)

@@ -11,8 +11,10 @@ import warnings
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from mpk_runtime.profile_stats import COLUMNS, ProfileError, read_csv
-from mpk_runtime.profiler import ProfilerWarning, decode, export
+from mpk_runtime.graph.compiled import CompiledGraph
+from mpk_runtime.profile.decode import ProfilerWarning, decode
+from mpk_runtime.profile.stats import COLUMNS, ProfileError, read_csv
+from mpk_runtime.profile.trace import export
 
 T0 = 1_700_000_000_000_000_000
 
@@ -145,14 +147,15 @@ def test_a_profile_of_another_graph_is_an_error(recorder, graph, tmp_path):
 
 def test_export_with_a_real_graph(recorder, compiled_graph, tmp_path):
     """The graph JSON that compile(output_dir=...) writes is what export reads."""
-    _, graph = compiled_graph
+    _, doc = compiled_graph
+    graph = CompiledGraph.from_json(doc)
     dev = recorder(5 * 40, num_workers=4)
-    for t in graph["tasks"]:
-        dev.task(t["worker"], t["id"], T0 + 100 * t["id"], T0 + 100 * t["id"] + 60)
+    for t in graph.tasks:
+        dev.task(t.worker, t.id, T0 + 100 * t.id, T0 + 100 * t.id + 60)
     rows = read_csv(export(decode(dev.words, 4, 1), graph, tmp_path / "real")["csv"])
-    assert [(r.task_type_name, r.layer, r.worker) for r in rows] == [
-        ("noop", f"noop_{t['layer']}", t["worker"]) for t in graph["tasks"]]
-    assert {r.task_type_id for r in rows} == {graph["layers"][0]["opcode"]}
+    assert [(r.task_type_name, r.layer, r.worker) for r in rows] == [("noop", f"noop_{t.layer}", t.worker)
+                                                                      for t in graph.tasks]
+    assert {r.task_type_id for r in rows} == {graph.layers[0].opcode}
 
 
 def test_a_dangling_prepare_next_batch_is_marked_on_the_controller_track(recorder, graph, tmp_path):

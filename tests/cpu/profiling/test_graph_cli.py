@@ -103,9 +103,12 @@ def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
     """A minimal valid task graph: one layer, task i depending on deps[i], all on worker 0."""
     n = len(deps)
     return {
-        "format": "mpk-task-graph", "version": 1, "arch": "sm90", "rank": 0,
-        "layers": [{"id": 0, "name": "noop_0", "task": "noop", "opcode": 1}],
-        "tasks": [{"id": i, "label": f"noop_0[{i}]", "layer": 0, "deps": [{"task": d, "hazard": h} for d, h in deps[i]],
+        "format": "mpk-task-graph", "version": 1, "arch": "sm90", "rank": 0, "tensors": [],
+        "layers": [{"id": 0, "name": "noop_0", "task": "noop", "opcode": 1, "grid": [max(n, 1), 1, 1], "scalars": [],
+                    "first_task": 0, "num_tasks": n, "args": []}],
+        "variants": [{"id": 0, "task": "noop", "call": "noop<>(task, rt);"}],
+        "tasks": [{"id": i, "label": f"noop_0[{i}]", "layer": 0, "variant": 0, "grid_idx": [i, 0, 0],
+                   "deps": [{"task": d, "hazard": h} for d, h in deps[i]],
                    "worker": 0, "wait_event": None, "triggers": [], "inputs": [], "outputs": []} for i in range(n)],
         "schedule": {"policy": "locality", "num_workers": 1, "queues": [list(range(n))], "events": []},
     }
@@ -135,10 +138,13 @@ def test_empty_graph(capsys, tmp_path):
     (None, [], "cannot read task graph .*No such file"),
     ("{not json", [], "not JSON"),
     (json.dumps({"format": "mpk-signature"}), [], "not a task graph"),
-    (json.dumps({"format": "mpk-task-graph"}), [], "malformed task graph \\(KeyError: 'tasks'\\)"),
-    (json.dumps(synthetic({0: [(1, "raw")], 1: [(0, "raw")]})), [], "cycle through 2 tasks"),
-    (json.dumps(synthetic({0: [(5, "raw")]})), [], "task 0 depends on tasks \\[5\\] that do not exist"),
-    (json.dumps({**synthetic({0: []}), "tasks": [{"id": 0, "layer": 0, "deps": []}]}), [], "task 0 lacks label, worker"),
+    (json.dumps({"format": "mpk-task-graph"}), [], "g.json: tensors: missing"),
+    (json.dumps(synthetic({0: [(1, "raw")], 1: [(0, "raw")]})), [], r"tasks\[0\]\.deps: depends on tasks \[1\], which do "
+                                                                    r"not come before it"),
+    (json.dumps(synthetic({0: [(5, "raw")]})), [], r"tasks\[0\]\.deps: depends on tasks \[5\]"),
+    (json.dumps({**synthetic({0: []}), "tasks": [{"id": 0, "layer": 0, "deps": []}]}), [], r"tasks\[0\]\.grid_idx: missing"),
+    (json.dumps({**synthetic({0: []}), "tasks": [{**synthetic({0: []})["tasks"][0], "worker": 3}]}), [],
+     r"tasks\[0\]\.worker: expected an integer in \[0, 1\), got 3"),
     (json.dumps(synthetic({0: []})), ["--task", "3"], "no task 3; this graph has tasks 0..0"),
     (json.dumps(synthetic({0: []})), ["--task", "x"], "argument --task: invalid int value: 'x'"),
     (json.dumps(synthetic({0: []})), ["--event", "0"], "no event 0; this graph has 0 events"),

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from mpk_runtime.cli.profile import main
-from mpk_runtime.profile_stats import COLUMNS, Row, p90, write_csv
+from mpk_runtime.profile.stats import COLUMNS, Row, p90, write_csv
 
 T0 = 1_700_000_000_000_000_000
 

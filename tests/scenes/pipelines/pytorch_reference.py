@@ -1,6 +1,8 @@
 """References of the pipelines in this folder, composed from the layers' canonical references."""
 
-from mpk_runtime.references import find
+import torch
+
+from mpk_runtime.harness import find_reference as find
 
 rmsnorm = find("rmsnorm")
 linear = find("linear")
@@ -9,11 +11,10 @@ silu_mul = find("silu_mul")
 embed = find("embed")
 
 
-def qwen3_mlp(input, norm_weight, w_gate, w_up, w_down, residual, groups):
-    """RMSNorm -> gate/up linear (weights interleaved in `groups` groups) -> SiLU*mul -> down + residual,
-    with the runtime's roundings: every layer's output is stored in bf16."""
-    from mpk_runtime.shuffle import shuffle
-
+def qwen3_mlp(input, norm_weight, w_gate, w_up, w_down, residual, groups=1):
+    """RMSNorm -> gate and up linear -> SiLU*mul -> down + residual, with the runtime's roundings:
+    every layer's output is stored in bf16. (``groups``, how the kernel interleaves the gate and up
+    weights, does not change the math.)"""
     x = rmsnorm(input, norm_weight)
-    mid = linear(x, shuffle([w_gate, w_up], 0, groups))
-    return linear_with_residual(silu_mul(mid, num_groups=groups), w_down, residual)
+    gate_up = torch.cat([linear(x, w_gate), linear(x, w_up)], dim=-1)
+    return linear_with_residual(silu_mul(gate_up), w_down, residual)

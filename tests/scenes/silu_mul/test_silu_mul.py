@@ -3,7 +3,7 @@
 import torch
 from hypothesis import strategies as st
 
-from mpk_runtime.references import find
+from mpk_runtime.harness import find_reference as find
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
 

@@ -1,0 +1,159 @@
+"""Compile output directories: what ``compile(output_dir=...)`` writes, so that a build can be
+inspected and replayed later, and the typed reading of it back.
+
+- ``test_rank{r}.cu``: the generated translation unit;
+- ``task_graph_rank{r}.json``: the compiled graph (graph/compiled.py);
+- ``signature_rank{r}.json``: every attached tensor (name, shape, dtype, IN / OUT / INOUT, how a
+  derived one is computed) and the kernel parameters, enough to rebuild inputs for a replay;
+- ``meta_rank{r}.pt``: the meta tensors the user overrode (CPU copies), when there are any.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import GraphError
+from ..graph.compiled import FORMAT_VERSION, CompiledGraph
+
+SIGNATURE_FORMAT = "mpk-signature"
+# The init parameters a signature records: what a replay needs to rebuild the same kernel.
+SIGNATURE_PARAMS = ("mode", "world_size", "mpi_rank", "num_workers", "num_local_schedulers", "max_num_batched_tokens",
+                    "max_num_batched_requests", "max_num_pages", "page_size", "max_seq_length", "eos_token_id",
+                    "test_mode", "placement", "watchdog_timeout")
+
+
+@dataclass(frozen=True)
+class SignatureTensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    direction: str  # IN, OUT or INOUT
+    kind: str  # attached, intermediate or derived
+    derived_from: dict | None = None  # {"op": "shuffle_tensors", "inputs": [...], ...}
+
+
+@dataclass(frozen=True)
+class Signature:
+    arch: str
+    rank: int
+    params: dict[str, Any]
+    tensors: tuple[SignatureTensor, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "format": SIGNATURE_FORMAT, "version": FORMAT_VERSION, "arch": self.arch, "rank": self.rank,
+            "params": self.params,
+            "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "direction": t.direction,
+                         "kind": t.kind, **({"derived_from": t.derived_from} if t.derived_from else {})}
+                        for t in self.tensors],
+        }
+
+    @classmethod
+    def of(cls, graph: CompiledGraph, derived: dict[str, dict], params: Any) -> Signature:
+        """The signature of a compiled graph: its tensors, how the derived ones were made
+        (``derived``: name -> recipe), and the SIGNATURE_PARAMS of ``params`` (attributes)."""
+        tensors = tuple(SignatureTensor(t.name, t.shape, t.dtype, t.direction, t.kind, derived.get(t.name))
+                        for t in graph.tensors)
+        return cls(graph.arch, graph.rank, {k: getattr(params, k) for k in SIGNATURE_PARAMS}, tensors)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Signature:
+        from .signature_reader import read_signature
+
+        return read_signature(data, where)
+
+
+@dataclass
+class CompileOutput:
+    """A compile output directory, read back."""
+
+    directory: Path
+    source: str
+    graph: CompiledGraph
+    signature: Signature
+    meta: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def paths(output_dir: str | Path, rank: int) -> dict[str, Path]:
+    out = Path(output_dir)
+    return {
+        "source": out / f"test_rank{rank}.cu",
+        "graph": out / f"task_graph_rank{rank}.json",
+        "signature": out / f"signature_rank{rank}.json",
+        "meta": out / f"meta_rank{rank}.pt",
+    }
+
+
+def write(output_dir: str | Path, rank: int, source: str, graph: CompiledGraph, signature: Signature,
+          meta_overrides: dict[str, torch.Tensor]) -> dict[str, Path]:
+    where = paths(output_dir, rank)
+    write_if_changed(where["source"], source)
+    write_if_changed(where["graph"], dumps(graph.to_json()))
+    write_if_changed(where["signature"], dumps(signature.to_json()))
+    if meta_overrides:
+        torch.save({k: v.detach().cpu() for k, v in meta_overrides.items()}, where["meta"])
+    else:
+        where.pop("meta")
+    return where
+
+
+def read(output_dir: str | Path, rank: int) -> CompileOutput:
+    """A compile output directory, every file checked; GraphError naming the file and field otherwise."""
+    where = paths(output_dir, rank)
+    missing = [str(p) for k, p in where.items() if k != "meta" and not p.is_file()]
+    if missing:
+        raise GraphError(
+            f"{output_dir} is not a compile output directory of rank {rank}: missing {', '.join(missing)} "
+            f"(write one with pk.compile(output_dir=...))"
+        )
+    graph_doc = _load_json(where["graph"])
+    signature_doc = _load_json(where["signature"])
+    for data, kind, path in ((graph_doc, "mpk-task-graph", where["graph"]),
+                             (signature_doc, SIGNATURE_FORMAT, where["signature"])):
+        if not isinstance(data, dict) or data.get("format") != kind or data.get("version") != FORMAT_VERSION:
+            found = (data.get("format"), data.get("version")) if isinstance(data, dict) else (type(data).__name__, None)
+            raise GraphError(f"{path}: expected {kind} version {FORMAT_VERSION}, found {found[0]} version {found[1]}; "
+                             f"recompile to refresh the directory")
+    graph = CompiledGraph.from_json(graph_doc, str(where["graph"]))
+    signature = Signature.from_json(signature_doc, str(where["signature"]))
+    from .signature_reader import check_against_graph
+
+    check_against_graph(signature, graph, str(output_dir))
+    meta = torch.load(where["meta"]) if where["meta"].is_file() else {}
+    return CompileOutput(Path(output_dir), where["source"].read_text(), graph, signature, meta)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise GraphError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise GraphError(f"{path}: cannot be read: {e}") from None
+
+
+def dumps(data: dict) -> str:
+    """JSON with one line per top-level key, and one line per element of a top-level list (one
+    task per line: greppable, diffable, and still plain JSON)."""
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(json.dumps(v, separators=(",", ":")) for v in value)
+            parts.append(f"{json.dumps(key)}: [\n  {items}\n ]")
+        else:
+            parts.append(f"{json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` unless the file already holds it (keeps timestamps, and editors, calm)."""
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True

@@ -1,0 +1,226 @@
+"""PersistentKernel: declare tensors and layers, compile them into one persistent kernel, run it
+(README's Quick start shows its use). A facade over the pipeline: graph/ (tasks, dependencies,
+schedule), codegen/ (the source), build/ (nvcc, the cache, compile outputs), run/ (the GPU or the
+emulator). Every layer method (``pk.<task>_layer``) is generated from the task registry."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..build import artifacts, replay
+from ..build.cache import BuildResult, build_module
+from ..codegen import dispatcher
+from ..errors import StateError
+from ..graph import CompiledGraph, DTensor, TaskGraph
+from ..run import gpu
+from ..run.device_graph import LaunchConfig
+from ..run.emulator import EmulatedKernel
+from ..run.launcher import Module
+from ..run.lifecycle import GpuKernel
+from ..tasks.spec import TaskSpec
+from . import meta, params
+from .layers import add_layer, bind_layer_methods
+from .lowering import check_attachable, lower
+
+
+class PersistentKernel:
+    """One task graph, compiled into one persistent kernel for one GPU (or, with
+    ``compile_only=True``, built for a given ``target_cc`` without a GPU)."""
+
+    @classmethod
+    def get_default_init_parameters(cls) -> dict[str, Any]:
+        """Safe defaults for every init parameter (``test_mode`` is not among them: set it)."""
+        return copy.deepcopy(params.DEFAULTS)
+
+    def __init__(self, **init_params: Any):
+        p = params.parse(init_params)
+        self._p = p
+        self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
+        self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
+        self._profiler = params.check_profiler_tensor(p, self.device)
+        self._graph = TaskGraph()
+        self._compiled: CompiledGraph | None = None
+        self._runner: GpuKernel | EmulatedKernel | None = None  # where launches run (None: compile-only)
+        self._profile_pending = False  # a profiled launch whose trace synchronize() will write
+        self._replay: artifacts.CompileOutput | None = None  # what from_artifacts read
+        self._finalized = False
+        self.artifacts: dict[str, Path] = {}
+        self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
+        self.build_result: BuildResult | None = None
+
+    @classmethod
+    def from_artifacts(cls, output_dir: str | Path, tensors: dict[str, torch.Tensor], rank: int = 0,
+                       **overrides: Any) -> PersistentKernel:
+        """A kernel for a directory written by ``compile(output_dir=...)``, for replaying it: its
+        ``test_rank{r}.cu`` is built as it is now (an edited file is rebuilt, an unchanged one comes
+        from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
+        its signature by name (intermediates may be left out). ``overrides`` change init parameters."""
+        plan = replay.plan(output_dir, rank)
+        pk = cls(**replay.init_params(plan, overrides))
+        replay.check_kernel(plan.output, pk.arch, pk.params.num_workers)
+        for name, t in replay.bind(plan.output, tensors, pk.device).items():
+            pk.attach_input(t, name)
+        pk._replay = plan.output
+        return pk
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def test_mode(self) -> bool:
+        return self._p.test_mode
+
+    @property
+    def target_cc(self) -> int:
+        return self._arch.cc
+
+    @property
+    def arch(self) -> str:
+        return self._arch.name
+
+    @property
+    def block_dim(self) -> tuple[int, int, int]:
+        """The block_dim every layer call must pass: (worker threads, 1, 1)."""
+        return (self._arch.worker_threads, 1, 1)
+
+    @property
+    def params(self) -> params.KernelParams:
+        return self._p
+
+    @property
+    def backend(self) -> str:
+        """Where launches run: "gpu", "emulated" (the CPU emulator) or "compile-only" (nowhere)."""
+        if self._p.emulate:
+            return "emulated"
+        return "compile-only" if self._p.compile_only else "gpu"
+
+    @property
+    def compiled_graph(self) -> CompiledGraph:
+        """The compiled task graph (tasks, slices, dependencies, schedule), after compile()."""
+        if self._compiled is None:
+            raise StateError("compiled_graph: call compile() first")
+        return self._compiled
+
+    # -- tensors ---------------------------------------------------------------------------------
+    def attach_input(self, tensor: torch.Tensor, name: str) -> DTensor:
+        """Register a tensor the kernel reads or writes (inputs, weights *and* outputs)."""
+        self._check_open("attach_input")
+        check_attachable(tensor, name, self._p, self.device)
+        return self._graph.add_tensor(tensor, name, "attached")
+
+    def new_tensor(self, dims: tuple[int, ...], dtype: torch.dtype, name: str) -> DTensor:
+        """An intermediate tensor owned by the runtime; its data is ``pk.tensor(name)``."""
+        self._check_open("new_tensor")
+        return self._graph.add_intermediate(dims, dtype, name, self.device)
+
+    def shuffle_tensors(self, inputs: list[DTensor], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
+        """A new tensor interleaving ``inputs`` in ``num_groups`` groups along ``shuffled_dim``:
+        [in0_0, in1_0, ..., in0_1, in1_1, ...] (e.g. a gate / up weight for linear + silu_mul). It
+        is computed now, from the inputs' current data, and recorded so that replays recompute it."""
+        self._check_open("shuffle_tensors")
+        return self._graph.add_shuffled(inputs, shuffled_dim, num_groups, name)
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The torch tensor behind an attached or intermediate tensor."""
+        return self._graph.data(name)
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        return {name: t.data for name, t in self._graph.tensors.items()}
+
+    def _add_layer(self, spec: TaskSpec, kwargs: dict[str, Any]) -> None:
+        self._check_open(spec.layer_method)
+        add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None)
+
+    # -- compile and run -------------------------------------------------------------------------
+    def compile(self, output_dir: str | Path | None = None) -> None:
+        """Generate the dispatcher, build it (or load it from the cache) and, unless compile-only,
+        upload the task graph. With ``output_dir``: write test_rank{r}.cu, task_graph_rank{r}.json
+        and signature_rank{r}.json there."""
+        self._check_open("compile")
+        if self._compiled is not None:
+            raise StateError("compile() was already called on this kernel")
+        p = self._p
+        if self._replay is not None:
+            source, graph, signature = self._replay.source, self._replay.graph, self._replay.signature
+        else:
+            source, graph, signature = lower(self._graph, p, self.arch)
+        self.build_result = build_module(source, self.arch, dispatcher.module_name_of(source))
+        module = Module(self.build_result.path)
+        if output_dir is not None:
+            overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
+            self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
+        batch = meta.batch_config(p, self.meta_tensors)
+        if self.backend == "gpu":
+            launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
+            self._runner = GpuKernel(module, graph, self._tensors(), self.meta_tensors, launch, batch, self.device,
+                                     self.block_dim[0], self._profiler)
+        elif self.backend == "emulated":
+            self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
+        self._compiled = graph  # compiled: only now, so a failed compile leaves nothing half-set
+
+    def __call__(self, default_stream: torch.cuda.Stream | None = None) -> None:
+        """Launch the persistent kernel on ``default_stream`` (else the current stream). Returns at
+        once; errors of earlier launches that have finished are raised here, or by synchronize(),
+        which also writes the trace of a profiled launch."""
+        self._check_open("__call__")
+        if self._compiled is None:
+            raise StateError("call compile() before running the kernel")
+        if self._runner is None:
+            raise StateError(f"this kernel was built with compile_only=True for {self.arch}; it cannot run. Build it "
+                             f"without compile_only on a GPU, or with emulate=True to run it on the CPU emulator")
+        gpu_stream = default_stream or (torch.cuda.current_stream(self.device) if self.backend == "gpu" else None)
+        self._runner.launch(gpu_stream)
+        self._profile_pending = self._profiler is not None
+
+    def compile_task_bodies(self):
+        """The graph's task bodies as plain kernel launches (mpk_runtime.run.task_bodies.TaskBodies): one
+        thread block per task slice, no scheduler, for testing and timing a body by itself."""
+        from ..run.task_bodies import TaskBodies
+
+        if self._compiled is None:
+            raise StateError("compile_task_bodies(): call compile() first")
+        if self.backend != "gpu":
+            raise StateError(f"compile_task_bodies(): task bodies run on the GPU; this kernel is {self.backend}")
+        return TaskBodies(self._compiled, self._tensors(), self.meta_tensors,
+                          meta.batch_config(self._p, self.meta_tensors), self.arch, self.device)
+
+    def write_profile(self, trace_name: str | Path | None = None) -> dict[str, Path]:
+        """Write ``<trace_name>.perfetto-trace`` and ``<trace_name>.csv`` from the last profiled launch
+        (synchronize() does this itself after a launch with a profiler_tensor)."""
+        from ..profile.trace import write_profile
+
+        if self._profiler is None or self._runner is None:
+            raise StateError("write_profile(): pass params['profiler_tensor'] (uint64, on the GPU) to record a profile")
+        self._runner.harvest(timeout_ms=-1)
+        self._profile_pending = False
+        self.profile_paths = write_profile(self._profiler, self.compiled_graph, self._p.num_workers,
+                                           self._p.num_local_schedulers, trace_name or self._p.trace_name)
+        return self.profile_paths
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Wait for every launch; raise the first error one of them ended with (WatchdogError for a
+        hang the device watchdog stopped). With ``timeout`` (seconds), a KernelError if a launch is
+        still running then."""
+        if self._runner is None:
+            return  # compile-only kernels never run
+        self._runner.harvest(timeout_ms=-1 if timeout is None else int(timeout * 1000))
+        if self._profile_pending:
+            self.write_profile()
+
+    def finalize(self) -> None:
+        """Free the kernel's device resources (idempotent). Raises an error a launch ended with that
+        was not reported yet, after freeing."""
+        if self._finalized:
+            return
+        self._finalized = True
+        if self._runner is not None:
+            self._runner.free()
+
+    def _check_open(self, what: str) -> None:
+        if self._finalized:
+            raise StateError(f"{what}: the kernel was finalized; build a new PersistentKernel")
+
+
+bind_layer_methods(PersistentKernel)

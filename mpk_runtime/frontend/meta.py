@@ -1,0 +1,164 @@
+"""The ten meta tensors: their shapes, dtypes and default contents, and validation of overrides.
+
+Shapes follow the kernel parameters (``R`` = total_num_requests, from ``tokens.shape[0]``, else
+``prompt_lengths.shape[0]``, else 1):
+
+================================  =============================  =====  ==========================
+name                              shape                          dtype  default contents
+================================  =============================  =====  ==========================
+tokens                            (R, max_seq_length)            int64  token ids 1..1000, repeating
+step                              (R,)                           int32  zeros (reset every launch)
+prompt_lengths                    (R,)                           int32  max_num_batched_tokens
+input_tokens                      (max_num_batched_tokens,)      int64  filled by prepare_next_batch
+output_tokens                     (max_num_batched_tokens,)      int64  zeros (written by sampling)
+num_new_tokens                    (1,)                           int32  filled by prepare_next_batch
+qo_indptr_buffer                  (max_num_batched_requests+1,)  int32  filled by prepare_next_batch
+paged_kv_indptr_buffer            (max_num_batched_requests+1,)  int32  filled by prepare_next_batch
+paged_kv_indices_buffer           (max_num_pages,)               int32  filled by prepare_next_batch
+paged_kv_last_page_len_buffer     (max_num_batched_requests,)    int32  filled by prepare_next_batch
+================================  =============================  =====  ==========================
+
+The defaults are *useful*: one request whose prompt is exactly max_num_batched_tokens long, so the
+first iteration's active-token count equals the batch and every task does real work.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import torch
+
+from ..contract import META_TENSORS as NAMES
+from ..errors import ConfigError, MetaTensorError
+from ..run.batching import BatchConfig
+from .params import KernelParams
+
+
+def total_num_requests(overrides: dict[str, torch.Tensor]) -> int:
+    for name in ("tokens", "prompt_lengths", "step"):
+        t = overrides.get(name)
+        if isinstance(t, torch.Tensor) and t.dim() >= 1:
+            return int(t.shape[0])
+    return 1
+
+
+def expected(p: KernelParams, requests: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    i32, i64 = torch.int32, torch.int64
+    return {
+        "tokens": ((requests, p.max_seq_length), i64),
+        "step": ((requests,), i32),
+        "prompt_lengths": ((requests,), i32),
+        "input_tokens": ((p.max_num_batched_tokens,), i64),
+        "output_tokens": ((p.max_num_batched_tokens,), i64),
+        "num_new_tokens": ((1,), i32),
+        "qo_indptr_buffer": ((p.max_num_batched_requests + 1,), i32),
+        "paged_kv_indptr_buffer": ((p.max_num_batched_requests + 1,), i32),
+        "paged_kv_indices_buffer": ((p.max_num_pages,), i32),
+        "paged_kv_last_page_len_buffer": ((p.max_num_batched_requests,), i32),
+    }
+
+
+def default_tensor(name: str, shape: tuple[int, ...], dtype: torch.dtype, p: KernelParams, device) -> torch.Tensor:
+    if name == "tokens":
+        ids = torch.arange(shape[0] * shape[1], dtype=dtype) % 1000 + 1
+        return ids.reshape(shape).to(device)
+    if name == "prompt_lengths":
+        return torch.full(shape, p.max_num_batched_tokens, dtype=dtype, device=device)
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
+    """The ten meta tensors for kernel parameters ``p``: the user's overrides, validated, and
+    defaults for the rest. Raises MetaTensorError / ConfigError with the fix."""
+    overrides = p.meta_tensors
+    for name in overrides:
+        if name not in NAMES:
+            near = difflib.get_close_matches(name, NAMES, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(NAMES)}"
+            raise MetaTensorError(f"unknown meta tensor {name!r}; {hint}")
+    requests = total_num_requests(overrides)
+    if requests < 1:
+        raise MetaTensorError("the meta tensors describe 0 requests (tokens / prompt_lengths have no rows); "
+                              "give at least one request")
+    meta = {}
+    for name, (shape, dtype) in expected(p, requests).items():
+        t = overrides.get(name)
+        if t is None:
+            meta[name] = default_tensor(name, shape, dtype, p, device)
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise MetaTensorError(f"meta tensor {name!r} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise MetaTensorError(f"meta tensor {name!r} has dtype {t.dtype}; it must be {dtype}: pass t.to({dtype})")
+        if tuple(t.shape) != shape:
+            raise MetaTensorError(
+                f"meta tensor {name!r} has shape {tuple(t.shape)}; with these parameters it must be {shape} "
+                f"({_shape_rule(name)})"
+            )
+        if not t.is_contiguous():
+            raise MetaTensorError(f"meta tensor {name!r} is not contiguous; pass t.contiguous()")
+        if not p.compile_only and t.device != device:
+            raise MetaTensorError(f"meta tensor {name!r} is on {t.device}; the kernel runs on {device}: pass t.to('{device}')")
+        meta[name] = t
+    _check_contents(p, meta)
+    return meta
+
+
+def _shape_rule(name: str) -> str:
+    return {
+        "tokens": "total_num_requests x max_seq_length",
+        "step": "total_num_requests",
+        "prompt_lengths": "total_num_requests",
+        "input_tokens": "max_num_batched_tokens",
+        "output_tokens": "max_num_batched_tokens",
+        "num_new_tokens": "one element",
+        "qo_indptr_buffer": "max_num_batched_requests + 1",
+        "paged_kv_indptr_buffer": "max_num_batched_requests + 1",
+        "paged_kv_indices_buffer": "max_num_pages",
+        "paged_kv_last_page_len_buffer": "max_num_batched_requests",
+    }[name]
+
+
+def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
+    if meta["prompt_lengths"].device.type == "meta":
+        return
+    lengths = meta["prompt_lengths"].cpu()
+    bad = [(i, int(v)) for i, v in enumerate(lengths.tolist()) if not 1 <= v <= p.max_seq_length]
+    if bad:
+        i, v = bad[0]
+        if "prompt_lengths" in p.meta_tensors:
+            raise MetaTensorError(
+                f"prompt_lengths[{i}] = {v} must be in [1, max_seq_length={p.max_seq_length}]: a prompt must fit its "
+                f"row of tokens; raise max_seq_length or shorten the prompt"
+            )
+        raise ConfigError(
+            f"the default prompt is max_num_batched_tokens={p.max_num_batched_tokens} tokens long, which does "
+            f"not fit max_seq_length={p.max_seq_length}; set params['max_seq_length'] >= {v}"
+        )
+    for r, length in enumerate(lengths.tolist()):
+        # Admission waits for free pages, so a first chunk that needs more pages than exist would wait forever.
+        first = min(length, p.max_num_batched_tokens)
+        pages = -(-first // p.page_size)
+        if pages > p.max_num_pages:
+            raise ConfigError(
+                f"request {r}: its first prefill chunk of {first} tokens needs {pages} KV pages of page_size={p.page_size}, "
+                f"but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages}"
+            )
+    if p.test_mode and int(lengths[0]) > p.max_num_batched_tokens:
+        raise ConfigError(
+            f"test mode runs one pass, so request 0's prompt of {int(lengths[0])} tokens must fit in one batch of "
+            f"max_num_batched_tokens={p.max_num_batched_tokens}; raise max_num_batched_tokens or shorten the prompt"
+        )
+
+
+def batch_config(p: KernelParams, meta: dict[str, torch.Tensor]) -> BatchConfig:
+    return BatchConfig(
+        max_num_batched_tokens=p.max_num_batched_tokens,
+        max_num_batched_requests=p.max_num_batched_requests,
+        max_num_pages=p.max_num_pages,
+        page_size=p.page_size,
+        max_seq_length=p.max_seq_length,
+        total_num_requests=int(meta["tokens"].shape[0]),
+        eos_token_id=p.eos_token_id,
+        test_mode=p.test_mode,
+    )

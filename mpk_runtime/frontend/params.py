@@ -1,0 +1,148 @@
+"""PersistentKernel's init parameters: their defaults and their validation, in one place."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..archs import TARGET_CCS, TARGET_CCS_TEXT
+from ..contract import MAX_SCHEDULERS
+from ..errors import ConfigError
+from ..graph.schedule import POLICIES
+
+DEFAULTS: dict[str, Any] = {
+    "mode": "offline",
+    "world_size": 1,
+    "mpi_rank": 0,
+    "num_workers": 1,
+    "num_local_schedulers": 4,
+    "max_num_batched_tokens": 1,
+    "max_num_batched_requests": 1,
+    "max_num_pages": 1,
+    "page_size": 1,
+    "max_seq_length": 1,
+    "meta_tensors": {},
+    "profiler_tensor": None,
+    "trace_name": None,  # None: "mpk_rank{mpi_rank}"
+    "eos_token_id": -1,
+}
+
+# Accepted but not part of the defaults (test_mode must be asked for explicitly).
+OPTIONAL: dict[str, Any] = {
+    "test_mode": False,
+    "target_cc": None,  # None: the GPU's own target
+    "compile_only": False,
+    "emulate": False,  # run on the CPU emulator (nvcc still builds the module for target_cc)
+    "watchdog_timeout": 5.0,  # seconds without progress before the device watchdog stops a launch
+    "placement": "locality",
+}
+
+MODES = ("offline",)
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    mode: str
+    world_size: int
+    mpi_rank: int
+    num_workers: int
+    num_local_schedulers: int
+    max_num_batched_tokens: int
+    max_num_batched_requests: int
+    max_num_pages: int
+    page_size: int
+    max_seq_length: int
+    eos_token_id: int
+    trace_name: str
+    test_mode: bool
+    target_cc: int | None
+    compile_only: bool
+    emulate: bool
+    watchdog_timeout: float
+    placement: str
+    meta_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    profiler_tensor: torch.Tensor | None = None
+
+
+def _positive_int(name: str, v: Any, limit: int = 2**31 - 1) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= limit:
+        raise ConfigError(f"{name}={v!r} must be an integer in [1, {limit}]")
+    return v
+
+
+def parse(params: dict[str, Any]) -> KernelParams:
+    known = {**DEFAULTS, **OPTIONAL}
+    for key in params:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known parameters: {', '.join(sorted(known))}"
+            raise ConfigError(f"unknown PersistentKernel parameter {key!r}{hint}")
+    p = {**known, **params}
+
+    if p["mode"] not in MODES:
+        raise ConfigError(f"mode={p['mode']!r} is not supported; use mode='offline'")
+    for name in ("world_size", "num_workers", "max_num_batched_tokens", "max_num_batched_requests",
+                 "max_num_pages", "page_size", "max_seq_length"):
+        _positive_int(name, p[name])
+    _positive_int("num_local_schedulers", p["num_local_schedulers"], MAX_SCHEDULERS)
+    rank = p["mpi_rank"]
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < p["world_size"]:
+        raise ConfigError(f"mpi_rank={rank!r} must be in [0, world_size={p['world_size']})")
+    if not isinstance(p["eos_token_id"], int) or isinstance(p["eos_token_id"], bool):
+        raise ConfigError(f"eos_token_id={p['eos_token_id']!r} must be an integer (-1: no end-of-sequence token)")
+    for name in ("test_mode", "compile_only", "emulate"):
+        if not isinstance(p[name], bool):
+            raise ConfigError(f"{name}={p[name]!r} must be True or False")
+    tc = p["target_cc"]
+    if tc is not None and (not isinstance(tc, int) or isinstance(tc, bool) or tc not in TARGET_CCS):
+        raise ConfigError(f"target_cc={p['target_cc']!r} must be one of {TARGET_CCS} (or None for the GPU's own)")
+    for name in ("compile_only", "emulate"):
+        if p[name] and p["target_cc"] is None:
+            raise ConfigError(f"{name}=True needs an explicit target_cc ({TARGET_CCS_TEXT}): there is no GPU to ask")
+    if p["compile_only"] and p["emulate"]:
+        raise ConfigError("compile_only=True builds without running and emulate=True runs on the CPU; choose one")
+    t = p["watchdog_timeout"]
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
+        raise ConfigError(f"watchdog_timeout={t!r} must be a number of seconds in (0, 3600]")
+    if p["placement"] not in POLICIES:
+        raise ConfigError(f"placement={p['placement']!r} must be one of {', '.join(POLICIES)}")
+    if not isinstance(p["meta_tensors"], dict):
+        raise ConfigError(f"meta_tensors must be a dict of name -> tensor, got {type(p['meta_tensors']).__name__}")
+    trace = p["trace_name"] if p["trace_name"] is not None else f"mpk_rank{rank}"
+    if not isinstance(trace, str) or not trace:
+        raise ConfigError(f"trace_name={p['trace_name']!r} must be a non-empty string")
+    return KernelParams(
+        mode=p["mode"], world_size=p["world_size"], mpi_rank=rank, num_workers=p["num_workers"],
+        num_local_schedulers=p["num_local_schedulers"], max_num_batched_tokens=p["max_num_batched_tokens"],
+        max_num_batched_requests=p["max_num_batched_requests"], max_num_pages=p["max_num_pages"],
+        page_size=p["page_size"], max_seq_length=p["max_seq_length"], eos_token_id=p["eos_token_id"],
+        trace_name=trace, test_mode=p["test_mode"], target_cc=p["target_cc"], compile_only=p["compile_only"],
+        emulate=p["emulate"],
+        watchdog_timeout=float(t), placement=p["placement"], meta_tensors=dict(p["meta_tensors"]),
+        profiler_tensor=p["profiler_tensor"],
+    )
+
+
+def check_profiler_tensor(p: KernelParams, device: torch.device) -> torch.Tensor | None:
+    t = p.profiler_tensor
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.uint64, torch.int64) or t.dim() != 1:
+        raise ConfigError(
+            f"profiler_tensor must be a 1-D uint64 tensor, got {getattr(t, 'dtype', type(t).__name__)} "
+            f"with shape {tuple(getattr(t, 'shape', ()))}; e.g. torch.zeros(3000 * 128, dtype=torch.uint64, device='cuda')"
+        )
+    if p.compile_only or p.emulate:
+        raise ConfigError("profiler_tensor records on the GPU; it cannot be used with compile_only or emulate")
+    if t.device != device or not t.is_contiguous():
+        raise ConfigError(f"profiler_tensor must be contiguous and on {device}, got {t.device}")
+    recorders = p.num_workers + p.num_local_schedulers
+    if t.numel() < 3 * recorders:
+        raise ConfigError(
+            f"profiler_tensor has {t.numel()} entries; it needs at least 3 per recorder ({recorders} workers and "
+            f"schedulers), and 2 per task event beyond that: e.g. {recorders * 2 * 64 + recorders} for 64 tasks a worker"
+        )
+    return t

@@ -1,0 +1,210 @@
+"""The task graph: layers in program order, each split into tasks with their slices and producers.
+
+A layer call splits its tensors through the task's partition map into one slice per task; the
+hazard tracker (dependencies.py) gives each task the earlier tasks it must not overtake.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
+from ..errors import ArityError, GraphError, GridError
+from ..tasks.partition import GRID_AXES, Arg, SliceInfo
+from ..tasks.spec import TaskSpec
+from .dependencies import HazardTracker
+from .shuffle import shuffle
+from .tensors import DTensor, MemoryIndex, Region, TensorSlice, check_new_tensor
+
+
+@dataclass
+class Layer:
+    id: int
+    name: str
+    spec: TaskSpec
+    grid: tuple[int, int, int]
+    values: dict[str, Any]  # scalars and options after defaults
+    args: list[Arg]
+    template_args: list[Any]
+    scalars: list[float | int]
+    cost_ns: float
+    first_task: int = 0
+    num_tasks: int = 0
+
+
+@dataclass
+class Task:
+    id: int
+    layer: Layer
+    grid_idx: tuple[int, int, int]
+    reads: list[TensorSlice]
+    writes: list[TensorSlice]
+    deps: dict[int, str] = field(default_factory=dict)  # producer task id -> "raw" | "war" | "waw"
+
+    @property
+    def label(self) -> str:
+        x, y, z = self.grid_idx
+        return f"{self.layer.name}[{x},{y},{z}]" if (y or z) else f"{self.layer.name}[{x}]"
+
+
+class TaskGraph:
+    """Tensors and layers in program order, split into tasks with their dependencies."""
+
+    _ids = itertools.count()
+
+    def __init__(self) -> None:
+        self.id = next(self._ids)
+        self.tensors: dict[str, DTensor] = {}
+        self.layers: list[Layer] = []
+        self.tasks: list[Task] = []
+        self._hazards = HazardTracker()
+        self._layer_counts: dict[str, int] = {}
+        self._memory = MemoryIndex()
+
+    # -- tensors ---------------------------------------------------------------------------------
+    def add_tensor(self, data: torch.Tensor, name: str, kind: str) -> DTensor:
+        check_new_tensor(data, name, self.tensors)
+        self._memory.add(data, name)
+        t = DTensor(name, data, kind, self.id, len(self.tensors))
+        self.tensors[name] = t
+        return t
+
+    def add_intermediate(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
+        if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                                          for d in dims):
+            raise GraphError(f"new_tensor {name!r}: dims={dims!r} must be positive integers")
+        return self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device=device), name, "intermediate")
+
+    def data(self, name: str) -> torch.Tensor:
+        try:
+            return self.tensors[name].data
+        except KeyError:
+            raise GraphError(f"no tensor named {name!r}; known: {', '.join(self.tensors)}") from None
+
+    def add_shuffled(self, inputs: list[Any], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
+        """A derived tensor interleaving ``inputs`` (tensors of this graph) in groups (shuffle.py),
+        computed now and recorded so that replays recompute it."""
+        owned = [self.own(t, f"inputs[{i}]", "shuffle_tensors()") for i, t in enumerate(inputs)]
+        t = self.add_tensor(shuffle([t.data for t in owned], shuffled_dim, num_groups), name, "derived")
+        t.derived_from = {"op": "shuffle_tensors", "inputs": [x.name for x in owned], "shuffled_dim": shuffled_dim,
+                          "num_groups": num_groups}
+        return t
+
+    def own(self, value: Any, arg: str, layer: str) -> DTensor:
+        """``value`` as a tensor of this graph, or a GraphError that says how to attach it."""
+        if isinstance(value, DTensor):
+            if value._graph_id != self.id or self.tensors.get(value.name) is not value:
+                raise GraphError(f"{layer}: argument {arg!r} ({value!r}) belongs to another PersistentKernel")
+            return value
+        if isinstance(value, torch.Tensor):
+            raise GraphError(
+                f"{layer}: argument {arg!r} is a plain torch.Tensor; attach it first: "
+                f"{arg} = pk.attach_input(tensor, name={arg!r})"
+            )
+        raise GraphError(f"{layer}: argument {arg!r} must be a tensor from pk.attach_input / pk.new_tensor, got {value!r}")
+
+    # -- layers ----------------------------------------------------------------------------------
+    def add_layer(self, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg], values: dict[str, Any]) -> Layer:
+        name = f"{spec.name}_{self._layer_counts.get(spec.name, 0)}"
+        num_in = sum(not a.writes for a in args)
+        num_out = len(args) - num_in
+        if num_in > MAX_INPUTS or num_out > MAX_OUTPUTS:
+            raise ArityError(
+                f"{name}: {num_in} inputs and {num_out} outputs per task; a task carries at most "
+                f"{MAX_INPUTS} inputs and {MAX_OUTPUTS} outputs. Split the layer in two"
+            )
+        _check_partitions(name, spec, grid, args)
+        slices = {a.name: _slice_info(a, grid) for a in args}
+        targs = spec.template_args(slices, values)
+        scalars = spec.scalar_values(values, slices)
+        if len(scalars) > 2:
+            raise ArityError(f"{name}: {spec.name} gives {len(scalars)} descriptor scalars; a descriptor carries 2")
+        layer = Layer(len(self.layers), name, spec, grid, values, args, targs, scalars, spec.cost_ns(slices))
+        layer.first_task = len(self.tasks)
+        for gz, gy, gx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
+            idx = (gx, gy, gz)
+            reads = [TensorSlice(a.tensor, _region(a, grid, idx)) for a in args if not a.writes]
+            writes = [TensorSlice(a.tensor, _region(a, grid, idx)) for a in args if a.writes]
+            self._add_task(Task(len(self.tasks), layer, idx, reads, writes))
+        layer.num_tasks = len(self.tasks) - layer.first_task
+        self._layer_counts[spec.name] = self._layer_counts.get(spec.name, 0) + 1
+        for a in args:
+            a.tensor.written |= a.writes
+            a.tensor.read |= not a.writes
+        self.layers.append(layer)
+        return layer
+
+    def _add_task(self, task: Task) -> None:
+        task.deps = self._hazards.add(task.id, task.reads, task.writes)
+        self.tasks.append(task)
+
+    def dependents(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.tasks]
+        for t in self.tasks:
+            for p in t.deps:
+                out[p].append(t.id)
+        return out
+
+
+def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg]) -> None:
+    used = set()
+    for a in args:
+        for dim, axis in a.partition.axes:
+            used.add(axis)
+            if dim >= a.tensor.num_dims:
+                raise GridError(
+                    f"{layer}: {spec.name} splits dim {dim} of {a.name!r}, but {a.tensor!r} has only "
+                    f"{a.tensor.num_dims} dims"
+                )
+            g = grid[GRID_AXES.index(axis)]
+            size = a.tensor.shape[dim]
+            if size % g:
+                divisors = [d for d in range(1, size + 1) if size % d == 0][-4:]
+                raise GridError(
+                    f"{layer}: grid_dim {axis}={g} does not divide dim {dim} (size {size}) of {a.name!r} "
+                    f"({spec.name} splits {a.name}'s {a.partition.describe()}); use a divisor of {size}, "
+                    f"e.g. {', '.join(map(str, reversed(divisors)))}"
+                )
+    for axis, g in zip(GRID_AXES, grid):
+        if g > 1 and axis not in used:
+            raise GridError(
+                f"{layer}: grid_dim {axis}={g}, but {spec.name} splits nothing along {axis}: every task would do "
+                f"the same work; use {axis}=1"
+            )
+
+
+def _region(a: Arg, grid: tuple[int, int, int], idx: tuple[int, int, int]) -> Region:
+    lo, hi = [], []
+    for dim, size in enumerate(a.tensor.shape):
+        axis = a.partition.axis_of(dim)
+        if axis is None:
+            lo.append(0)
+            hi.append(size)
+        else:
+            k = GRID_AXES.index(axis)
+            step = size // grid[k]
+            lo.append(idx[k] * step)
+            hi.append((idx[k] + 1) * step)
+    return Region(tuple(lo), tuple(hi))
+
+
+def _slice_info(a: Arg, grid: tuple[int, int, int]) -> SliceInfo:
+    region = _region(a, grid, (0, 0, 0))
+    return SliceInfo(a.name, a.tensor.dtype, region.shape, a.tensor.shape, a.tensor.strides)
+
+
+def check_grid(grid_dim: Any, layer: str) -> tuple[int, int, int]:
+    ok = (
+        isinstance(grid_dim, (tuple, list))
+        and len(grid_dim) == 3
+        and all(isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= MAX_GRID for g in grid_dim)
+    )
+    if not ok:
+        raise GridError(
+            f"{layer}: grid_dim={grid_dim!r} must be three integers in [1, {MAX_GRID}], e.g. grid_dim=(16, 1, 1)"
+        )
+    return tuple(grid_dim)  # type: ignore[return-value]

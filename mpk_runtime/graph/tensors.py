@@ -1,0 +1,111 @@
+"""The tensors a task graph knows, and the boxes of them that tasks read and write."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import torch
+
+from .. import dtypes
+from ..errors import GraphError, LayoutError, NameConflictError
+
+
+class DTensor:
+    """A tensor known to one PersistentKernel: an attached user tensor or a runtime intermediate."""
+
+    def __init__(self, name: str, data: torch.Tensor, kind: str, graph_id: int, index: int):
+        self.name = name
+        self.data = data
+        self.kind = kind  # "attached", "intermediate" or "derived" (computed from attached tensors, e.g. shuffled)
+        self.derived_from: dict | None = None
+        self.shape = tuple(data.shape)
+        self.dtype = dtypes.lookup(data.dtype)
+        self.strides = tuple(data.stride())
+        self._graph_id = graph_id
+        self.index = index
+        self.read = False
+        self.written = False
+
+    @property
+    def num_dims(self) -> int:
+        return len(self.shape)
+
+    @property
+    def direction(self) -> str:
+        """IN, OUT or INOUT, from how the graph's tasks use the tensor."""
+        if self.written:
+            return "INOUT" if self.read else "OUT"
+        return "IN"
+
+    def __repr__(self) -> str:
+        return f"DTensor({self.name!r}, shape={self.shape}, dtype={self.dtype.short})"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A half-open box ``[lo, hi)`` of a tensor's index space."""
+
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    def overlaps(self, other: Region) -> bool:
+        return all(a < d and c < b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in zip(self.lo, self.hi))
+
+
+@dataclass(frozen=True)
+class TensorSlice:
+    tensor: DTensor
+    region: Region
+
+    @property
+    def byte_offset(self) -> int:
+        return sum(lo * st for lo, st in zip(self.region.lo, self.tensor.strides)) * self.tensor.dtype.itemsize
+
+
+def check_new_tensor(data: object, name: object, known: dict[str, DTensor]) -> None:
+    """GraphError / LayoutError / NameConflictError for a tensor that cannot join a graph."""
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"tensor name must be a non-empty string, got {name!r}")
+    if name in known:
+        raise NameConflictError(
+            f"a tensor named {name!r} is already attached ({known[name]!r}); give each tensor a unique name"
+        )
+    if not isinstance(data, torch.Tensor):
+        raise GraphError(f"tensor {name!r} must be a torch.Tensor, got {type(data).__name__}")
+    if not data.is_contiguous():
+        raise LayoutError(
+            f"tensor {name!r} with shape {tuple(data.shape)} and strides {data.stride()} is not contiguous; "
+            f"pass tensor.contiguous()"
+        )
+    if data.dim() == 0:
+        raise GraphError(f"tensor {name!r} is a 0-d scalar; attach it as shape (1,) with tensor.reshape(1)")
+
+
+class MemoryIndex:
+    """Dependencies are tracked per tensor, so two attached tensors must not share memory: a write
+    through one would not order a read through the other. Attached ranges never overlap, so a
+    sorted index per device answers with the two neighbours of a new range."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[str, tuple[list[int], list[tuple[int, int, str]]]] = {}
+
+    def add(self, data: torch.Tensor, name: str) -> None:
+        if data.device.type == "meta" or data.numel() == 0:
+            return
+        lo = data.data_ptr()
+        hi = lo + data.numel() * data.element_size()
+        starts, spans = self._by_device.setdefault(str(data.device), ([], []))
+        i = bisect.bisect_left(starts, lo)
+        for j in (i - 1, i):
+            if 0 <= j < len(starts) and spans[j][0] < hi and lo < spans[j][1]:
+                raise GraphError(
+                    f"tensor {name!r} shares memory with {spans[j][2]!r} (the same tensor, or views of one storage); "
+                    f"attach each buffer once and pass the same handle to every layer that uses it"
+                )
+        starts.insert(i, lo)
+        spans.insert(i, (lo, hi, name))

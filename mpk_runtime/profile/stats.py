@@ -1,0 +1,146 @@
+"""The profile CSV (one row per task run) and the statistics ``mpk-profile`` computes from it.
+
+The writer (``mpk_runtime.profiler.export``) and the reader (the CLI) share this module, so the
+column set is defined once. The reader validates every row: a file that is not ours, or was cut
+short, is an error that names the line, never a silently wrong statistic.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import ProfileError
+
+STATS = ("min", "max", "avg", "median", "p90", "all", "wall")
+
+
+class Row(NamedTuple):
+    """One task run on one worker, as a CSV row (column order = COLUMNS; a tuple, so rows are written
+    as they are, without conversion)."""
+
+    task_type_id: int
+    task_type_name: str
+    layer: str
+    worker: int
+    event_no: int
+    begin_ns: int
+    end_ns: int
+    duration_ns: int
+
+
+COLUMNS: tuple[str, ...] = Row._fields
+
+
+def write_csv(path: Path, rows: Iterable[Row]) -> None:
+    """Write to a temporary file and rename it, so a reader never sees half a profile."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def read_csv(path: str | Path) -> list[Row]:
+    try:
+        f = open(path, newline="")
+    except OSError as e:
+        raise ProfileError(f"cannot read profile CSV {str(path)!r}: {e.strerror or e}") from None
+    with f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or tuple(header) != COLUMNS:
+            raise ProfileError(f"{path}: not a profile CSV; the header must be {','.join(COLUMNS)}, got {header!r}")
+        rows = [_parse_row(path, reader.line_num, fields) for fields in reader if fields]
+    if not rows:
+        raise ProfileError(f"{path}: no rows (the profile recorded no complete task)")
+    return rows
+
+
+def _parse_row(path: str | Path, line: int, fields: list[str]) -> Row:
+    if len(fields) != len(COLUMNS):
+        raise ProfileError(f"{path}:{line}: expected {len(COLUMNS)} fields, got {len(fields)}: {fields!r}")
+    values: list[int | str] = []
+    for name, text in zip(COLUMNS, fields):
+        if name in ("task_type_name", "layer"):
+            values.append(text)
+            continue
+        try:
+            values.append(int(text))
+        except ValueError:
+            raise ProfileError(f"{path}:{line}: {name}={text!r} is not an integer") from None
+    row = Row(*values)  # type: ignore[arg-type]
+    if row.duration_ns != row.end_ns - row.begin_ns or row.duration_ns < 0:
+        raise ProfileError(f"{path}:{line}: duration_ns={row.duration_ns} does not equal end_ns - begin_ns "
+                           f"= {row.end_ns - row.begin_ns} (>= 0)")
+    return row
+
+
+def select(rows: list[Row], task: str) -> list[Row]:
+    """The rows of one task type, given by name (``rmsnorm``) or numeric task_type_id (``2``)."""
+    if task.isdigit():
+        picked = [r for r in rows if r.task_type_id == int(task)]
+    else:
+        picked = [r for r in rows if r.task_type_name == task]
+    if not picked:
+        known = ", ".join(f"{name} ({tid})" for tid, name in sorted({(r.task_type_id, r.task_type_name) for r in rows}))
+        raise ProfileError(f"no task type {task!r} in this profile; it has: {known}")
+    return picked
+
+
+def p90(values: list[int]) -> int:
+    """The nearest-rank 90th percentile: the smallest value with at least 90 % of the values at or
+    below it. Always a duration that was actually measured (no interpolation)."""
+    ordered = sorted(values)
+    return ordered[math.ceil(0.9 * len(ordered)) - 1]
+
+
+def stats(rows: list[Row], which: str) -> dict[str, float | int]:
+    """``which`` is one of STATS; ``all`` gives every one. ``wall`` is first begin to last end."""
+    if which not in STATS:
+        raise ProfileError(f"--stat {which!r} is not a statistic; use one of {', '.join(STATS)}")
+    durations = [r.duration_ns for r in rows]
+    compute = {
+        "min": lambda: min(durations),
+        "max": lambda: max(durations),
+        "avg": lambda: round(statistics.fmean(durations), 3),
+        "median": lambda: statistics.median(durations),
+        "p90": lambda: p90(durations),
+        "wall": lambda: max(r.end_ns for r in rows) - min(r.begin_ns for r in rows),
+    }
+    names = [s for s in STATS if s != "all"] if which == "all" else [which]
+    return {"count": len(rows), **{f"{s}_ns": compute[s]() for s in names}}
+
+
+def task_types(rows: list[Row]) -> list[dict]:
+    """Every task type with its number of runs and its total time, by task_type_id."""
+    out: dict[tuple[int, str], dict] = {}
+    for r in rows:
+        e = out.setdefault((r.task_type_id, r.task_type_name),
+                           {"task_type_id": r.task_type_id, "task_type_name": r.task_type_name, "count": 0, "total_ns": 0})
+        e["count"] += 1
+        e["total_ns"] += r.duration_ns
+    return [out[k] for k in sorted(out)]
+
+
+def per_layer(rows: list[Row]) -> list[dict]:
+    """Time per layer, in the order the layers started: the sum of task durations (work) and the
+    span from the first begin to the last end (how long the layer was in flight)."""
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.layer, []).append(r)
+    out = []
+    for layer, rs in groups.items():
+        begin, end = min(r.begin_ns for r in rs), max(r.end_ns for r in rs)
+        total = sum(r.duration_ns for r in rs)
+        out.append({"layer": layer, "task_type_name": rs[0].task_type_name, "task_type_id": rs[0].task_type_id,
+                    "count": len(rs), "total_ns": total, "avg_ns": round(total / len(rs), 3),
+                    "min_ns": min(r.duration_ns for r in rs), "max_ns": max(r.duration_ns for r in rs),
+                    "first_begin_ns": begin, "last_end_ns": end, "span_ns": end - begin})
+    return sorted(out, key=lambda e: (e["first_begin_ns"], e["layer"]))

@@ -1,0 +1,116 @@
+"""The life of a compiled kernel on the GPU: upload, launch, harvest results, report errors, free.
+
+``GpuKernel`` owns the loaded module, its device graph and its handle. Launches are asynchronous;
+results are harvested in order and the first error of a launch becomes an exception that says
+what went wrong, where (a task error in the words of its spec, or the watchdog's record).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import torch
+
+from ..codegen import abi
+from ..errors import CoResidencyError, KernelError
+from ..graph.compiled import CompiledGraph
+from . import diagnostics
+from .batching import BatchConfig
+from .device_graph import DeviceGraph, LaunchConfig
+from .launcher import Module
+
+
+def grid_size(num_workers: int, num_schedulers: int, worker_threads: int) -> int:
+    """CTAs of one launch: the workers, then the CTAs holding the scheduler warps."""
+    return num_workers + -(-num_schedulers // (worker_threads // 32))
+
+
+def check_co_residency(module: Module, device: int, launch: LaunchConfig, worker_threads: int) -> None:
+    per_sm, sms = module.occupancy(device)
+    total = grid_size(launch.num_workers, launch.num_schedulers, worker_threads)
+    if per_sm * sms < total:
+        sched = total - launch.num_workers
+        raise CoResidencyError(
+            f"num_workers={launch.num_workers} worker CTAs + {sched} scheduler CTA(s) = {total} CTAs must all be "
+            f"resident, but only {per_sm} fit per SM x {sms} SMs = {per_sm * sms} (block {worker_threads} "
+            f"threads, {module.dynamic_smem_bytes} B dynamic shared memory); use num_workers <= "
+            f"{per_sm * sms - sched} (mpk_runtime.get_configurations_from_gpu gives a fitting pair)"
+        )
+
+
+class GpuKernel:
+    def __init__(self, module: Module, graph: CompiledGraph, tensors: dict[str, torch.Tensor],
+                 meta: dict[str, torch.Tensor], launch: LaunchConfig, batch: BatchConfig, device: torch.device,
+                 worker_threads: int, profiler: torch.Tensor | None = None):
+        check_co_residency(module, device.index, launch, worker_threads)
+        self.module, self.graph, self.launch_config, self.device = module, graph, launch, device
+        self.grid = grid_size(launch.num_workers, launch.num_schedulers, worker_threads)
+        self.device_graph = DeviceGraph(graph, tensors, meta, launch, batch, device, profiler)
+        self.handle: int | None = module.create(device.index)
+        self.launches = 0
+        torch.cuda.synchronize(device)  # uploads complete before any stream launches
+
+    def launch(self, stream: torch.cuda.Stream) -> None:
+        self.harvest(timeout_ms=0)
+        self.module.launch(self.handle, self.device_graph.params, self.grid, stream.cuda_stream)
+        self.launches += 1
+
+    def harvest(self, timeout_ms: int) -> None:
+        """Collect finished launches; raise the first error one of them ended with. timeout_ms < 0:
+        wait for all; 0: only look; > 0: a KernelError if one still runs then."""
+        # Poll in short slices from Python, so that Ctrl-C works while a kernel runs.
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        while True:
+            slice_ms = 100 if deadline is None else max(0, min(100, int((deadline - time.monotonic()) * 1000)))
+            running = self.module.poll(self.handle, slice_ms)
+            if running is None or timeout_ms == 0:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise KernelError(
+                    f"the persistent kernel is still running after {timeout_ms / 1000:.1f} s (status code "
+                    f"{running.code}, iteration {running.iterations}); a task body may be stuck in a loop that "
+                    f"the watchdog cannot stop"
+                )
+        err = self.module.take_error(self.handle)
+        if err is None:
+            return
+        st, index = err
+        # Everything before the failed launch has finished; later ones were skipped. Reset the
+        # counters so the next launch starts clean, then report.
+        self.module.poll(self.handle, -1)
+        exc = diagnostics.status_error(st, index, lambda s: self._watchdog_message(s, index), self._task_error_message)
+        self.module.take_error(self.handle)  # the skipped launches' status: reported by exc already
+        self.device_graph.reset()
+        torch.cuda.synchronize(self.device)
+        raise exc
+
+    def _task_error_message(self, st) -> str:
+        raw = self.device_graph.control.cpu()
+        control = abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * raw.element_size()))
+        return diagnostics.task_error_message(self.graph, control.task_error_task, control.task_error_code,
+                                              control.task_error_value)
+
+    def _watchdog_message(self, st, launch_index: int) -> tuple[str, list[dict]]:
+        dg = self.device_graph
+        record = diagnostics.watchdog_record(
+            diagnostics.ScheduleView.of(self.graph), st.iterations, diagnostics.launch_id(launch_index),
+            dg.worker_status, dg.worker_progress)
+        return diagnostics.format_watchdog(record, st.iterations, st.idle_ns, self.launch_config.watchdog_timeout), record
+
+    def free(self) -> None:
+        """Free the device resources, once every launch has finished (waiting up to the watchdog's
+        timeout plus 10 s). Raises an unreported launch error after freeing."""
+        if self.handle is None:
+            return
+        pending: KernelError | None = None
+        try:
+            self.harvest(timeout_ms=int((self.launch_config.watchdog_timeout + 10) * 1000))
+        except KernelError as e:
+            pending = e
+        if not self.module.destroy(self.handle, 0):
+            pending = KernelError("finalize(): a launch is still running; its resources were left allocated")
+        self.handle = None
+        self.device_graph = None  # type: ignore[assignment]
+        if pending is not None:
+            raise pending

@@ -1,0 +1,115 @@
+"""TaskSpec: the base class of a task declaration (its arguments, partitions, template parameters,
+supported archs, cost, slice reference and error messages). See registry.py for how one is registered."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+from .. import contract
+from ..errors import ConfigError
+from . import references
+from .partition import Arg, Partition, SliceInfo
+
+
+class TaskFailure(Exception):
+    """Raised by a slice reference (emulate) where the device body would call Runtime::fail."""
+
+    def __init__(self, code: int, value: int):
+        super().__init__(f"task error {code} ({value})")
+        self.code, self.value = code, value
+
+
+class TaskSpec:
+    """Base class of a task declaration. Subclasses set the class attributes and may override the
+    hooks; ``@register_task`` validates the declaration once, at import."""
+
+    name: ClassVar[str]
+    inputs: ClassVar[dict[str, Partition]] = {}
+    outputs: ClassVar[dict[str, Partition]] = {}
+    # Runtime scalars of the layer call carried in the task descriptor, with their defaults; with
+    # extra_scalars, at most two (TaskDesc::scalar_f / scalar_i read them).
+    scalars: ClassVar[dict[str, float]] = {}
+    # Compile-time options that become template arguments, with their defaults.
+    options: ClassVar[dict[str, Any]] = {}
+    # Token dimensions: arg name -> dim. Where that dim has max_num_batched_tokens rows, only the
+    # iteration's active rows are computed (the body uses Runtime::active_rows; the emulator too).
+    token_dims: ClassVar[dict[str, int]] = {}
+    # arch -> header under csrc/tasks; its keys are the archs the task supports.
+    headers: ClassVar[dict[str, str]] = {}
+    function: ClassVar[str]  # C++ template called by the dispatcher
+    # constexpr C++ function, same template arguments as `function`, giving the dynamic shared
+    # memory a variant needs (None: none); the build sizes the kernel's for the hungriest variant.
+    smem_function: ClassVar[str | None] = None
+    reference: ClassVar[str | None] = None  # function in reference/<name>/pytorch_reference.py
+    doc: ClassVar[str] = ""
+
+    opcode: int = 0  # assigned by the registry
+
+    # -- hooks -------------------------------------------------------------------------------
+    def bind(self, kwargs: dict[str, Any]) -> tuple[list[Arg], dict[str, Any]]:
+        """Turn a layer call's keyword arguments into tensor arguments (inputs first) and the
+        remaining scalars / options. Fixed-arity tasks use this default; variadic ones override."""
+        args = [Arg(n, kwargs.pop(n), p, False) for n, p in self.inputs.items()]
+        args += [Arg(n, kwargs.pop(n), p, True) for n, p in self.outputs.items()]
+        return args, kwargs
+
+    def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
+        """Raise ShapeError / DTypeError for arguments the task cannot handle."""
+
+    def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
+        """The C++ template arguments of the variant a layer uses (its slices all share a shape)."""
+        raise NotImplementedError
+
+    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
+        """Estimated run time of one task, used to balance worker queues. Default: memory bound
+        at about 20 bytes/ns per SM plus a fixed cost."""
+        return 300.0 + sum(i.nbytes for i in s.values()) / 20.0
+
+    def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
+        """The descriptor's scalars (floats or ints): the layer's ``scalars``, then any the task
+        derives from shapes (e.g. a total row count that should not force a rebuild per size)."""
+        return [float(values[k]) for k in self.scalars]
+
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        """Explain a Runtime::fail report of this task (``layer``: the compiled graph's LayerInfo,
+        ``tensors``: its TensorInfo by name)."""
+        if code == contract.TASK_ERROR_INDEX:
+            return f"index {value} read from its input is out of range"
+        return f"error code {code} (value {value})"
+
+    def emulate(self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any]) -> None:
+        """The slice reference: compute this task's output slices (CPU tensors, written in place)
+        from its input slices. Default: the layer's canonical reference applied to the slices."""
+        fn = references.find(self.reference or self.name, layer=self.name)
+        result = fn(**inputs, **{k: values[k] for k in self.scalars})
+        if isinstance(result, (tuple, list)):
+            result = dict(zip(outputs, result))
+        elif not isinstance(result, dict):
+            result = {next(iter(outputs)): result}
+        for name, out in outputs.items():
+            out.copy_(result[name])
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def layer_method(self) -> str:
+        return f"{self.name}_layer"
+
+    def header_for(self, arch: str) -> str:
+        try:
+            return self.headers[arch]
+        except KeyError:
+            have = ", ".join(self.headers)
+            raise ConfigError(
+                f"task {self.name!r} has no body for {arch}; it supports {have}. "
+                f"Build for one of those (target_cc) or add csrc/tasks/{arch}/{self.name}.cuh"
+            ) from None
+
+    def signature(self) -> inspect.Signature:
+        """The Python signature of ``pk.<name>_layer``, for help() and editors."""
+        P = inspect.Parameter
+        params = [P("self", P.POSITIONAL_OR_KEYWORD)]
+        params += [P(n, P.POSITIONAL_OR_KEYWORD) for n in (*self.inputs, *self.outputs)]
+        params += [P("grid_dim", P.KEYWORD_ONLY), P("block_dim", P.KEYWORD_ONLY)]
+        params += [P(n, P.KEYWORD_ONLY, default=v) for n, v in {**self.scalars, **self.options}.items()]
+        return inspect.Signature(params)
