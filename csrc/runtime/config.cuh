@@ -9,8 +9,7 @@
 namespace mpk {
 
 constexpr int kTargetSm = MPK_TARGET_SM;
-static_assert(kTargetSm == 80 || kTargetSm == 90 || kTargetSm == 100,
-              "MPK_TARGET_SM must be 80, 90 or 100");
+static_assert(kTargetSm == 80 || kTargetSm == 90 || kTargetSm == 100, "MPK_TARGET_SM must be 80, 90 or 100");
 
 // Threads of every worker CTA: Ampere-path bodies are written for 4 warps, Hopper and Blackwell
 // bodies for 8. Task bodies use this constant, never a literal.

@@ -91,6 +91,7 @@ char const *mpk_task_type_name(int opcode) { return mpk::task_type_name(opcode);
 // "Struct=size field:offset ...;..." for every struct Python fills in; compared with abi.py.
 int mpk_abi_layout(char *buf, int len) {
   int n = 0;
+  // clang-format off: one row per struct reads better than one line per field
   MPK_STRUCT(MpkTaskDesc);
   MPK_FIELD(MpkTaskDesc, variant); MPK_FIELD(MpkTaskDesc, task_type); MPK_FIELD(MpkTaskDesc, num_triggers);
   MPK_FIELD(MpkTaskDesc, flags); MPK_FIELD(MpkTaskDesc, wait_event); MPK_FIELD(MpkTaskDesc, wait_count);
@@ -118,6 +119,7 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkKernelParams, launch_id); MPK_FIELD(MpkKernelParams, end_trigger_count);
   MPK_FIELD(MpkKernelParams, watchdog_timeout_ns); MPK_FIELD(MpkKernelParams, meta);
   MPK_FIELD(MpkKernelParams, batch); MPK_FIELD(MpkKernelParams, state);
+  // clang-format on
   return n;
 }
 
@@ -178,7 +180,7 @@ int mpk_launch(void *handle, MpkKernelParams *params, int grid, void *stream, ch
   void *args[] = {params};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   void const *kernel = params->profiler_buffer ? reinterpret_cast<void const *>(mpk::persistent_kernel<true>)
-                                                : reinterpret_cast<void const *>(mpk::persistent_kernel<false>);
+                                               : reinterpret_cast<void const *>(mpk::persistent_kernel<false>);
   e = cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(mpk::kWorkerThreads), args, mpk::kDynamicSmemBytes, s);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaLaunchCooperativeKernel", e);
   e = cudaEventRecord(h->done[slot], s);

@@ -6,12 +6,16 @@ namespace mpk {
 
 struct SumOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 struct MaxOp {
   template <typename T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
 };
 
 template <typename T, typename Op>

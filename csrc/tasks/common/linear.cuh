@@ -37,15 +37,17 @@ template <typename T>
 __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __host__ __device__ constexpr int largest_divisor_up_to(int n, int limit) {
@@ -72,8 +74,8 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
   T *y = task.output<T>(0);
   int const rows = rt.active_rows(BATCH);
 
-  constexpr bool kFast = linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 &&
-                         N_SLICE % 8 == 0;
+  constexpr bool kFast =
+      linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
   if constexpr (kFast) {
     constexpr int MT = (BATCH + 15) / 16;  // 16-row batch tiles
     constexpr int GROUPS = N_SLICE / 8;
