@@ -7,8 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/vec.cuh"
 
 namespace mpk {
 namespace tasks {
