@@ -31,9 +31,9 @@ CSRC = Path(__file__).resolve().parents[1] / "csrc"
 COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"]
 ARCH_FLAGS = {
     # PTX + SASS for compute_80: Ampere-path kernels also run on newer GPUs through the PTX JIT.
-    "sm80": ["-gencode=arch=compute_80,code=[compute_80,sm_80]", "-DMPK_TARGET_SM=80"],
-    "sm90": ["-gencode=arch=compute_90a,code=sm_90a", "-DMPK_TARGET_SM=90"],
-    "sm100": ["-gencode=arch=compute_100a,code=sm_100a", "-DMPK_TARGET_SM=100"],
+    "sm80": ["-gencode=arch=compute_80,code=[compute_80,sm_80]", "-DMPK_TARGET_SM=80", "-DMPK_WORKER_THREADS=128"],
+    "sm90": ["-gencode=arch=compute_90a,code=sm_90a", "-DMPK_TARGET_SM=90", "-DMPK_WORKER_THREADS=256"],
+    "sm100": ["-gencode=arch=compute_100a,code=sm_100a", "-DMPK_TARGET_SM=100", "-DMPK_WORKER_THREADS=256"],
 }
 MODULE = "module.so"
 SOURCE = "source.cu"
