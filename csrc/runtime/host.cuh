@@ -79,6 +79,8 @@ inline int poll(Handle *h, int timeout_ms, MpkStatus *running, char *err, int er
 
 #define MPK_FIELD(S, F) n += snprintf(buf + n, len > n ? len - n : 0, " %s:%zu", #F, offsetof(S, F))
 #define MPK_STRUCT(S) n += snprintf(buf + n, len > n ? len - n : 0, "%s%s=%zu", n ? ";" : "", #S, sizeof(S))
+#define MPK_CONSTANT(C) \
+  n += snprintf(buf + n, len > n ? len - n : 0, " %s:%llu", #C, static_cast<unsigned long long>(C))
 
 extern "C" {
 
@@ -88,9 +90,12 @@ int mpk_target_sm(void) { return mpk::kTargetSm; }
 unsigned mpk_dynamic_smem_bytes(void) { return mpk::kDynamicSmemBytes; }
 char const *mpk_task_type_name(int opcode) { return mpk::task_type_name(opcode); }
 
-// "Struct=size field:offset ...;..." for every struct Python fills in; compared with abi.py.
+// "Struct=size field:offset ...;..." for every struct Python fills in, then "Constants=0 NAME:value ..."
+// for the numbers both sides use; mpk_runtime/codegen/abi.py compares them with its mirror and with
+// mpk_runtime/contract.py when it loads the module.
 int mpk_abi_layout(char *buf, int len) {
   int n = 0;
+  // clang-format off: one row per struct reads better than one line per field
   MPK_STRUCT(MpkTaskDesc);
   MPK_FIELD(MpkTaskDesc, variant); MPK_FIELD(MpkTaskDesc, task_type); MPK_FIELD(MpkTaskDesc, num_triggers);
   MPK_FIELD(MpkTaskDesc, flags); MPK_FIELD(MpkTaskDesc, wait_event); MPK_FIELD(MpkTaskDesc, wait_count);
@@ -118,6 +123,15 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkKernelParams, launch_id); MPK_FIELD(MpkKernelParams, end_trigger_count);
   MPK_FIELD(MpkKernelParams, watchdog_timeout_ns); MPK_FIELD(MpkKernelParams, meta);
   MPK_FIELD(MpkKernelParams, batch); MPK_FIELD(MpkKernelParams, state);
+  n += snprintf(buf + n, len > n ? len - n : 0, ";Constants=0");
+  MPK_CONSTANT(MPK_ABI_VERSION); MPK_CONSTANT(MPK_MAX_INPUTS); MPK_CONSTANT(MPK_MAX_OUTPUTS);
+  MPK_CONSTANT(MPK_MAX_SCHEDULERS); MPK_CONSTANT(MPK_NO_EVENT);
+  MPK_CONSTANT(MPK_STATUS_OK); MPK_CONSTANT(MPK_STATUS_RUNNING); MPK_CONSTANT(MPK_STATUS_WATCHDOG);
+  MPK_CONSTANT(MPK_STATUS_PAGES_EXHAUSTED); MPK_CONSTANT(MPK_STATUS_SKIPPED); MPK_CONSTANT(MPK_STATUS_TASK_ERROR);
+  MPK_CONSTANT(MPK_TASK_ERROR_INDEX);
+  MPK_CONSTANT(MPK_PROF_TASK_BEGIN); MPK_CONSTANT(MPK_PROF_TASK_END); MPK_CONSTANT(MPK_PROF_PREPARE_BEGIN);
+  MPK_CONSTANT(MPK_PROF_PREPARE_END);
+  // clang-format on
   return n;
 }
 
@@ -178,7 +192,7 @@ int mpk_launch(void *handle, MpkKernelParams *params, int grid, void *stream, ch
   void *args[] = {params};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   void const *kernel = params->profiler_buffer ? reinterpret_cast<void const *>(mpk::persistent_kernel<true>)
-                                                : reinterpret_cast<void const *>(mpk::persistent_kernel<false>);
+                                               : reinterpret_cast<void const *>(mpk::persistent_kernel<false>);
   e = cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(mpk::kWorkerThreads), args, mpk::kDynamicSmemBytes, s);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaLaunchCooperativeKernel", e);
   e = cudaEventRecord(h->done[slot], s);
@@ -220,3 +234,4 @@ int mpk_destroy(void *handle, int timeout_ms) {
 
 #undef MPK_FIELD
 #undef MPK_STRUCT
+#undef MPK_CONSTANT

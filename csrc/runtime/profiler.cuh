@@ -10,8 +10,8 @@
 //         | kind (bits 32..39, MPK_PROF_*) | iteration (bits 40..63, for task records)
 // Only thread 0 of a worker (lane 0 of a scheduler) writes its region, so plain stores suffice.
 #pragma once
+#include "primitives/timer.cuh"
 #include "runtime/abi.h"
-#include "runtime/sync.cuh"
 
 namespace mpk {
 namespace profiler {

@@ -10,42 +10,39 @@
 // the stop bit on `go`) and reports MPK_STATUS_WATCHDOG; each stuck worker has already recorded
 // the task it waits in (worker_status), which the host turns into the exception's record.
 #pragma once
+#include "primitives/memory_order.cuh"
+#include "primitives/timer.cuh"
+#include "primitives/warp.cuh"
 #include "runtime/prepare_next_batch.cuh"
 #include "runtime/profiler.cuh"
-#include "runtime/sync.cuh"
 
 namespace mpk {
 namespace detail {
 
 constexpr unsigned kWatchIntervalNs = 2000;  // how often a scheduler samples its workers
 
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // The whole warp: tasks finished by workers [lo, hi).
 __device__ __forceinline__ unsigned long long group_progress(MpkKernelParams const &p, uint32_t lo, uint32_t hi,
                                                              int lane) {
   unsigned long long v = 0;
-  for (uint32_t w = lo + lane; w < hi; w += 32) v += ld_relaxed(&p.worker_progress[w]);
+  for (uint32_t w = lo + lane; w < hi; w += 32) v += ld_relaxed_gpu(&p.worker_progress[w]);
   return warp_sum(v);
 }
 
 __device__ __forceinline__ bool stopped(MpkKernelParams const &p) {
-  unsigned long long const g = ld_relaxed(&p.control->go);
+  unsigned long long const g = ld_relaxed_gpu(&p.control->go);
   return (g >> 32) == p.launch_id && (g & MPK_GO_STOP);
 }
 
 __device__ __forceinline__ void release_go(MpkKernelParams const &p, unsigned long long flags_and_count) {
-  st_release(&p.control->go, (static_cast<unsigned long long>(p.launch_id) << 32) | flags_and_count);
+  st_release_gpu(&p.control->go, (static_cast<unsigned long long>(p.launch_id) << 32) | flags_and_count);
 }
 
 __device__ void watcher_main(MpkKernelParams const &p, uint32_t s, uint32_t lo, uint32_t hi, int lane) {
-  while (!stopped(p) && ld_relaxed(&p.control->abort) != p.launch_id) {
+  while (!stopped(p) && ld_relaxed_gpu(&p.control->abort) != p.launch_id) {
     unsigned long long const v = group_progress(p, lo, hi, lane);
-    if (lane == 0) st_relaxed(&p.control->scheduler_progress[s], v);
-    __nanosleep(kWatchIntervalNs);
+    if (lane == 0) st_relaxed_gpu(&p.control->scheduler_progress[s], v);
+    sleep_ns(kWatchIntervalNs);
   }
 }
 
@@ -91,7 +88,7 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
         p.control->iterations_total = base + iter;
         status->iterations = iter;
         if (ready == 0) status->code = MPK_STATUS_OK;
-        if (ready < 0) st_relaxed(&p.control->abort, p.launch_id);
+        if (ready < 0) st_relaxed_gpu(&p.control->abort, p.launch_id);
         __threadfence_system();
         release_go(p, MPK_GO_STOP | iter);
       }
@@ -108,7 +105,7 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
       unsigned long long now = 0;
       int done = 0;
       if (lane == 0) {
-        done = ld_acquire(&p.control->end_count) >= target;
+        done = ld_acquire_gpu(&p.control->end_count) >= target;
         now = global_timer_ns();
       }
       if (__shfl_sync(0xffffffffu, done, 0)) break;
@@ -119,13 +116,13 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
       int fire = 0;
       if (lane == 0) {
         unsigned long long progress = own;
-        for (uint32_t s = 1; s < p.num_schedulers; ++s) progress += ld_relaxed(&p.control->scheduler_progress[s]);
+        for (uint32_t s = 1; s < p.num_schedulers; ++s) progress += ld_relaxed_gpu(&p.control->scheduler_progress[s]);
         if (progress != last_progress) {
           last_progress = progress;
           last_change = now;
         } else if (now - last_change > p.watchdog_timeout_ns) {
           fire = 1;
-          st_relaxed(&p.control->abort, p.launch_id);
+          st_relaxed_gpu(&p.control->abort, p.launch_id);
           status->iterations = iter;
           status->idle_ns = now - last_change;
           status->code = MPK_STATUS_WATCHDOG;
@@ -138,11 +135,11 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
     int failed = 0;
     if (lane == 0) {
       status->iterations = iter + 1;
-      if (ld_relaxed(&p.control->task_error_launch) == p.launch_id) {  // a task reported an error
+      if (ld_relaxed_gpu(&p.control->task_error_launch) == p.launch_id) {  // a task reported an error
         failed = 1;
         status->detail[0] = static_cast<int32_t>(p.control->task_error_task);
         status->code = MPK_STATUS_TASK_ERROR;
-        st_relaxed(&p.control->abort, p.launch_id);
+        st_relaxed_gpu(&p.control->abort, p.launch_id);
         __threadfence_system();
         release_go(p, MPK_GO_STOP | (iter + 1));
       }

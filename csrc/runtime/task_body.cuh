@@ -25,9 +25,8 @@ inline std::map<int, BodyLauncher *> &body_registry() {
 
 // The block's descriptor goes to shared memory first, as in the persistent kernel.
 #define MPK_TASK_BODY(VARIANT, CALL, SMEM)                                                                   \
-  __global__ void __launch_bounds__(kWorkerThreads, 1)                                                       \
-      task_body_##VARIANT(TaskDesc const *descs, MpkMeta const meta, MpkBatchConfig const batch,             \
-                          MpkControl *control) {                                                            \
+  __global__ void __launch_bounds__(kWorkerThreads, 1) task_body_##VARIANT(                                  \
+      TaskDesc const *descs, MpkMeta const meta, MpkBatchConfig const batch, MpkControl *control) {          \
     __shared__ __align__(128) TaskDesc task;                                                                 \
     if (threadIdx.x < sizeof(TaskDesc) / 16)                                                                 \
       reinterpret_cast<uint4 *>(&task)[threadIdx.x] =                                                        \
@@ -39,8 +38,8 @@ inline std::map<int, BodyLauncher *> &body_registry() {
   struct TaskBody##VARIANT : BodyLauncher {                                                                  \
     TaskBody##VARIANT() { body_registry()[VARIANT] = this; }                                                 \
     unsigned smem() const override { return SMEM; }                                                          \
-    cudaError_t launch(TaskDesc const *descs, int count, MpkMeta const &meta, MpkBatchConfig const &batch,  \
-                       MpkControl *control, cudaStream_t stream) override {                                 \
+    cudaError_t launch(TaskDesc const *descs, int count, MpkMeta const &meta, MpkBatchConfig const &batch,   \
+                       MpkControl *control, cudaStream_t stream) override {                                  \
       cudaError_t e = cudaFuncSetAttribute(task_body_##VARIANT, cudaFuncAttributeMaxDynamicSharedMemorySize, \
                                            static_cast<int>(SMEM));                                          \
       if (e != cudaSuccess) return e;                                                                        \

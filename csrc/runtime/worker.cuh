@@ -6,8 +6,9 @@
 // target (events with one producer) or a relaxed increment (several producers). That is one
 // acquire spin per dependency and no round trip through a scheduler on the critical path.
 #pragma once
+#include "primitives/cp_async.cuh"
+#include "primitives/memory_order.cuh"
 #include "runtime/profiler.cuh"
-#include "runtime/sync.cuh"
 #include "runtime/task_api.cuh"
 
 namespace mpk {
@@ -18,25 +19,21 @@ constexpr uint32_t kSpinsPerCheck = 1024;  // spins between looks at the abort w
 // 8 threads copy the 128-byte descriptor, 16 bytes each, without blocking: the copy overlaps
 // whatever the CTA runs before cp_async_wait_all().
 __device__ __forceinline__ void prefetch_desc(MpkTaskDesc *dst, MpkTaskDesc const *src) {
-  if (threadIdx.x < sizeof(MpkTaskDesc) / 16) {
-    uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst)) + 16 * threadIdx.x;
-    char const *s = reinterpret_cast<char const *>(src) + 16 * threadIdx.x;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(s) : "memory");
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (threadIdx.x < sizeof(MpkTaskDesc) / 16)
+    cp_async_16(reinterpret_cast<char *>(dst) + 16 * threadIdx.x,
+                reinterpret_cast<char const *>(src) + 16 * threadIdx.x);
+  cp_async_commit();
 }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 __device__ __forceinline__ bool aborted(MpkKernelParams const &p) {
-  return ld_relaxed(&p.control->abort) == p.launch_id;
+  return ld_relaxed_gpu(&p.control->abort) == p.launch_id;
 }
 
 // Thread 0: wait until the controller releases iteration `iter` of this launch. False: stop.
 __device__ __forceinline__ bool wait_go(MpkKernelParams const &p, uint32_t iter) {
   unsigned long long const want = static_cast<unsigned long long>(p.launch_id) << 32;
   for (;;) {
-    unsigned long long g = ld_acquire(&p.control->go);
+    unsigned long long g = ld_acquire_gpu(&p.control->go);
     if ((g & ~0xffffffffull) != want) continue;  // still the previous launch's word
     if (g & MPK_GO_STOP) return false;
     if ((g & MPK_GO_ITERATIONS) > iter) return true;
@@ -51,16 +48,16 @@ __device__ __forceinline__ bool wait_event(MpkKernelParams const &p, uint32_t wo
   unsigned long long const target = static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1);
   unsigned long long const *counter = &p.event_counters[d.wait_event];
   uint32_t spins = 0;
-  while (ld_acquire(counter) < target) {
+  while (ld_acquire_gpu(counter) < target) {
     if (++spins % kSpinsPerCheck == 0) {
       if (spins == kSpinsPerCheck) {  // a long wait: say what we wait for, for the watchdog report
         p.worker_status[worker].launch_id = p.launch_id;
-        st_relaxed(&p.worker_status[worker].task, d.task_id);
+        st_relaxed_gpu(&p.worker_status[worker].task, d.task_id);
       }
       if (aborted(p)) return false;
     }
   }
-  if (spins >= kSpinsPerCheck) st_relaxed(&p.worker_status[worker].task, MPK_NO_EVENT);
+  if (spins >= kSpinsPerCheck) st_relaxed_gpu(&p.worker_status[worker].task, MPK_NO_EVENT);
   return true;
 }
 
@@ -78,17 +75,17 @@ struct Publish {
 // seen sooner than an atomic) or a relaxed increment (several producers).
 __device__ __forceinline__ void publish(MpkKernelParams const &p, Publish const &t, unsigned long long absolute_iter) {
   if (t.num_triggers == 0) return;
-  fence_acq_rel();
+  fence_acq_rel_gpu();
   if (t.first_single)
-    st_relaxed(&p.event_counters[t.first_trigger], absolute_iter + 1);
+    st_relaxed_gpu(&p.event_counters[t.first_trigger], absolute_iter + 1);
   else
-    red_add_relaxed(&p.event_counters[t.first_trigger], 1);
+    red_add_relaxed_gpu(&p.event_counters[t.first_trigger], 1);
   for (uint32_t i = 1; i < t.num_triggers; ++i) {
     uint32_t const e = p.triggers[t.trigger_begin + i - 1];
     if (e & MPK_TRIGGER_SINGLE)
-      st_relaxed(&p.event_counters[e & ~MPK_TRIGGER_SINGLE], absolute_iter + 1);
+      st_relaxed_gpu(&p.event_counters[e & ~MPK_TRIGGER_SINGLE], absolute_iter + 1);
     else
-      red_add_relaxed(&p.event_counters[e], 1);
+      red_add_relaxed_gpu(&p.event_counters[e], 1);
   }
 }
 
@@ -113,7 +110,7 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
     Runtime const rt{p.meta, p.batch, p.control, p.launch_id, iter};
     uint32_t buf = 0;
     for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
-      detail::cp_async_wait_all();
+      cp_async_wait_all();
       __syncthreads();  // descs[buf] complete and visible; descs[buf ^ 1] no longer read
       TaskDesc const &d = descs[buf];
       uint32_t const variant = d.variant;
@@ -132,10 +129,10 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
       if (threadIdx.x == 0) {
         if (kProfile) profiler::record(p, worker, MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
         detail::publish(p, pub, base + iter);
-        st_relaxed(&p.worker_progress[worker], ++finished);
+        st_relaxed_gpu(&p.worker_progress[worker], ++finished);
       }
     }
-    if (threadIdx.x == 0 && q_begin < q_end) red_add_release(&p.control->end_count, 1);
+    if (threadIdx.x == 0 && q_begin < q_end) red_add_release_gpu(&p.control->end_count, 1);
     __syncthreads();  // nobody still reads go_on when thread 0 writes it for the next iteration
   }
 }

@@ -49,7 +49,7 @@ def test_module_reports_the_abi_version_and_its_target(noop_build):
 
 def test_reported_layout_covers_every_struct(layout):
     parsed = abi.parse_layout(layout)
-    assert set(parsed) == set(abi.expected_layout())
+    assert set(parsed) == set(abi.expected_layout()) | {"Constants"}
     assert parsed["MpkTaskDesc"][0] == 128
 
 
@@ -60,6 +60,8 @@ def test_check_layout_accepts_the_modules_own_layout(layout):
 def test_reported_offsets_equal_the_python_mirror(layout):
     want = abi.expected_layout()
     for name, (size, fields) in abi.parse_layout(layout).items():
+        if name == "Constants":
+            continue
         assert size == want[name][0], name
         for field, offset in fields.items():
             assert want[name][1][field] == offset, f"{name}.{field}"
@@ -70,6 +72,19 @@ def test_tampered_field_offset_names_the_field(layout):
     assert tampered != layout
     with pytest.raises(BuildError, match=r"m\.so: MpkTaskDesc layout differs from mpk_runtime/codegen/abi\.py \(wait_event at 12 "
                                          r"!= 8\); csrc/runtime/abi\.h and mpk_runtime/codegen/abi\.py must change together"):
+        abi.check_layout(tampered, "m.so")
+
+
+def test_every_shared_constant_is_reported_and_equal(layout):
+    reported = abi.parse_layout(layout)["Constants"][1]
+    assert reported == contract.CHECKED
+
+
+def test_a_constant_that_drifted_is_a_build_error(layout):
+    tampered = layout.replace(" MPK_MAX_INPUTS:7", " MPK_MAX_INPUTS:8")
+    assert tampered != layout
+    with pytest.raises(BuildError, match=r"m\.so: constants differ from mpk_runtime/contract\.py: MPK_MAX_INPUTS=8 "
+                                         r"\(mpk_runtime/contract\.py: 7\); csrc/runtime/abi\.h and contract\.py must"):
         abi.check_layout(tampered, "m.so")
 
 

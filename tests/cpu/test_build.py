@@ -40,15 +40,15 @@ def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, 
     with open(csrc / "tasks" / "common" / "rmsnorm.cuh", "a") as f:
         f.write("\n// not included by a noop-only graph\n")
     assert build.cache_key(noop_source, "sm80") == key
-    with open(csrc / "runtime" / "abi.h", "a") as f:  # included through the runtime, transitively
+    with open(csrc / "primitives" / "memory_order.cuh", "a") as f:  # included through the runtime, transitively
         f.write("\n// changed\n")
     assert build.cache_key(noop_source, "sm80") != key
 
 
 def test_included_headers_are_found_transitively(noop_source):
     found = {str(p.relative_to(resources.CSRC)) for p in build.included_headers(noop_source)}
-    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "runtime/host.cuh",
-            "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh"} <= found
+    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "primitives/memory_order.cuh",
+            "runtime/host.cuh", "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh", "primitives/block.cuh"} <= found
     assert "tasks/common/rmsnorm.cuh" not in found
 
 

@@ -7,8 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/vec.cuh"
 
 namespace mpk {
 namespace tasks {
@@ -63,7 +63,13 @@ __device__ __forceinline__ void argmax_partial(TaskDesc const &task, Runtime con
     T const *row = logits + static_cast<size_t>(b) * IN_STRIDE;
     float v;
     int64_t i;
-    argmax_detail::row_best(COLS, [&](int j, float &fv, int64_t &fi) { fv = to_float(row[j]); fi = col0 + j; }, v, i);
+    argmax_detail::row_best(
+        COLS,
+        [&](int j, float &fv, int64_t &fi) {
+          fv = to_float(row[j]);
+          fi = col0 + j;
+        },
+        v, i);
     if (threadIdx.x % kWarpSize == 0) {
       values[static_cast<size_t>(b) * PARTS] = v;
       indices[static_cast<size_t>(b) * PARTS] = i;

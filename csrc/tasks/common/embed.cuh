@@ -4,6 +4,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "primitives/loads.cuh"
 #include "runtime/task_api.cuh"
 
 namespace mpk {
@@ -28,7 +29,7 @@ __device__ __forceinline__ void embed(TaskDesc const &task, Runtime const &rt) {
     T const *src = table + tok * W_STRIDE;
     T *dst = out + static_cast<size_t>(b) * OUT_STRIDE;
     if constexpr (kVector)
-      reinterpret_cast<uint4 *>(dst)[u] = reinterpret_cast<uint4 const *>(src)[u];
+      st_16(reinterpret_cast<uint4 *>(dst) + u, ld_16(reinterpret_cast<uint4 const *>(src) + u));
     else
       dst[u] = src[u];
   }

@@ -14,9 +14,11 @@
 
 #include <type_traits>
 
+#include "primitives/loads.cuh"
+#include "primitives/mma.cuh"
+#include "primitives/vec.cuh"
+#include "primitives/warp.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/block_reduce.cuh"
-#include "tasks/common/vec.cuh"
 
 namespace mpk {
 namespace tasks {
@@ -24,29 +26,6 @@ namespace linear_detail {
 
 template <typename T>
 constexpr bool kTensorCoreType = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
-
-__device__ __forceinline__ uint4 ld_stream(void const *p) {  // W: read once, keep it out of L1
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <typename T>
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __host__ __device__ constexpr int largest_divisor_up_to(int n, int limit) {
   for (int d = limit; d > 1; --d)
@@ -72,8 +51,8 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
   T *y = task.output<T>(0);
   int const rows = rt.active_rows(BATCH);
 
-  constexpr bool kFast = linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 &&
-                         N_SLICE % 8 == 0;
+  constexpr bool kFast =
+      linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
   if constexpr (kFast) {
     constexpr int MT = (BATCH + 15) / 16;  // 16-row batch tiles
     constexpr int GROUPS = N_SLICE / 8;
@@ -98,12 +77,12 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
         for (int u = 0; u < U; ++u) {
           int const k = k_begin + (kb + u) * 32 + 8 * t;
 #pragma unroll
-          for (int rc = 0; rc < RC; ++rc) wv[u][rc] = linear_detail::ld_stream(wrow + rc * 8 * K + (kb + u) * 32);
+          for (int rc = 0; rc < RC; ++rc) wv[u][rc] = ld_stream_16(wrow + rc * 8 * K + (kb + u) * 32);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             int const b_lo = m * 16 + g, b_hi = b_lo + 8;
-            xlo[u][m] = b_lo < rows ? *reinterpret_cast<uint4 const *>(x + static_cast<size_t>(b_lo) * K + k) : uint4{};
-            xhi[u][m] = b_hi < rows ? *reinterpret_cast<uint4 const *>(x + static_cast<size_t>(b_hi) * K + k) : uint4{};
+            xlo[u][m] = b_lo < rows ? ld_16(x + static_cast<size_t>(b_lo) * K + k) : uint4{};
+            xhi[u][m] = b_hi < rows ? ld_16(x + static_cast<size_t>(b_hi) * K + k) : uint4{};
           }
         }
 #pragma unroll
@@ -113,10 +92,8 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
               // k permutation: mma k 2t+j <- k 8t+j, mma k 2t+8+j <- k 8t+2+j (first step), +4 (second)
-              linear_detail::mma<T>(acc[rc][m], xlo[u][m].x, xhi[u][m].x, xlo[u][m].y, xhi[u][m].y, wv[u][rc].x,
-                                    wv[u][rc].y);
-              linear_detail::mma<T>(acc[rc][m], xlo[u][m].z, xhi[u][m].z, xlo[u][m].w, xhi[u][m].w, wv[u][rc].z,
-                                    wv[u][rc].w);
+              mma_m16n8k16<T>(acc[rc][m], xlo[u][m].x, xhi[u][m].x, xlo[u][m].y, xhi[u][m].y, wv[u][rc].x, wv[u][rc].y);
+              mma_m16n8k16<T>(acc[rc][m], xlo[u][m].z, xhi[u][m].z, xlo[u][m].w, xhi[u][m].w, wv[u][rc].z, wv[u][rc].w);
             }
       }
       // acc[rc][m]: c0, c1 = (batch m*16+g, rows rc*8+2t, +1); c2, c3 = (batch m*16+g+8, same rows)

@@ -9,8 +9,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "primitives/block.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/block_reduce.cuh"
 
 namespace mpk {
 namespace tasks {

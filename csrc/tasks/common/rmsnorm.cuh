@@ -4,9 +4,9 @@
 // (128 threads) and the sm90 / sm100 paths (256 threads). Memory bound: 16-byte accesses, and the
 // row stays in registers between the reduction and the scaling when it fits (8 vectors a thread).
 #pragma once
+#include "primitives/block.cuh"
+#include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/block_reduce.cuh"
-#include "tasks/common/vec.cuh"
 
 namespace mpk {
 namespace tasks {

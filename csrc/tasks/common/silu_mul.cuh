@@ -2,8 +2,8 @@
 // columns each) of every row: the layout a gate / up projection with interleaved weights
 // (shuffle_tensors) produces. fp32 math, 16-byte accesses when the columns allow.
 #pragma once
+#include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
-#include "tasks/common/vec.cuh"
 
 namespace mpk {
 namespace tasks {

@@ -1,0 +1,21 @@
+// Asynchronous copies from global to shared memory (cp.async, sm80 and later): the copy proceeds
+// while the thread runs on, and becomes visible to the thread at a wait; to the rest of the CTA
+// after that wait and a __syncthreads(). Used to prefetch the next task descriptor.
+#pragma once
+#include <stdint.h>
+
+namespace mpk {
+
+// Starts a 16-byte copy gmem_src -> smem_dst (both 16-byte aligned), cached in L2 only (.cg).
+__device__ __forceinline__ void cp_async_16(void *smem_dst, void const *gmem_src) {
+  uint32_t const d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+
+// Closes the group of this thread's copies started since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// Waits until every copy this thread started has landed in shared memory.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+}  // namespace mpk
