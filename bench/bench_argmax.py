@@ -1,6 +1,6 @@
 """The argmax layer inside the megakernel next to its torch equivalent (see bench_small_layers.py).
 
-    python bench/bench_argmax.py
+python bench/bench_argmax.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compile time of a one-layer graph: cold (empty cache) and a cache hit in a fresh process.
 
-    python bench/bench_compile.py    # writes $OUT/bench_compile.json
+python bench/bench_compile.py    # writes $OUT/bench_compile.json
 """
 
 from __future__ import annotations
@@ -41,8 +41,14 @@ print(json.dumps({"import_s": t1 - t0, "compile_s": t3 - t2, "cached": pk.build_
 def run(target: int, cache: str) -> dict:
     env = {**os.environ, "MPK_CACHE_DIR": cache}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, str(target)], env=env, capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).parents[1]).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
+    ).stdout
     data = json.loads(out.strip().splitlines()[-1])
     data["process_s"] = time.perf_counter() - t0
     return data
@@ -55,8 +61,15 @@ def main() -> None:
         cache = tempfile.mkdtemp(prefix="mpk-bench-cache-")
         cold, hit = run(target, cache), run(target, cache)
         assert not cold["cached"] and hit["cached"]
-        rows.append({"target_cc": target, "cold_compile_s": cold["compile_s"], "hit_compile_s": hit["compile_s"],
-                     "hit_process_s": hit["process_s"], "import_s": hit["import_s"]})
+        rows.append(
+            {
+                "target_cc": target,
+                "cold_compile_s": cold["compile_s"],
+                "hit_compile_s": hit["compile_s"],
+                "hit_process_s": hit["process_s"],
+                "import_s": hit["import_s"],
+            }
+        )
     timing.save("bench_compile", {**facts, "rows": rows})
     print(f"{facts['device']}, {facts['date']}")
     print(f"{'target':>6} {'cold compile s':>15} {'cache hit s':>12} {'hit process s':>14}")

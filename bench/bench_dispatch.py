@@ -38,8 +38,20 @@ extern "C" int launch_empty(void *stream) {
 def empty_kernel_lib() -> ctypes.CDLL:
     d = Path(tempfile.mkdtemp())
     (d / "empty.cu").write_text(EMPTY_KERNEL)
-    subprocess.run(["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90a,code=sm_90a",
-                    "-o", str(d / "empty.so"), str(d / "empty.cu")], check=True)
+    subprocess.run(
+        [
+            "nvcc",
+            "-O2",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-o",
+            str(d / "empty.so"),
+            str(d / "empty.cu"),
+        ],
+        check=True,
+    )
     lib = ctypes.CDLL(str(d / "empty.so"))
     lib.launch_empty.argtypes = [ctypes.c_void_p]
     return lib
@@ -101,21 +113,38 @@ def main() -> None:
     n0, n1 = 100, 10000
     graph_per_node = (cuda_graph_us(lib, n1) - cuda_graph_us(lib, n0)) / (n1 - n0)
     rows = []
-    for shape, placement in [("chain", "round_robin"), ("chain", "locality"), ("independent", "locality"),
-                             ("fan", "locality"), ("fan", "round_robin")]:
+    for shape, placement in [
+        ("chain", "round_robin"),
+        ("chain", "locality"),
+        ("independent", "locality"),
+        ("fan", "locality"),
+        ("fan", "round_robin"),
+    ]:
         t0, t1 = mpk_us(shape, n0, placement), mpk_us(shape, n1, placement)
         per_task = (t1 - t0) / (n1 - n0)
-        rows.append({"graph": shape, "placement": placement, "n0": n0, "n1": n1, "t0_us": t0, "t1_us": t1,
-                     "per_task_us": per_task, "cuda_graph_per_node_us": graph_per_node,
-                     "ratio_to_cuda_graph": per_task / graph_per_node})
+        rows.append(
+            {
+                "graph": shape,
+                "placement": placement,
+                "n0": n0,
+                "n1": n1,
+                "t0_us": t0,
+                "t1_us": t1,
+                "per_task_us": per_task,
+                "cuda_graph_per_node_us": graph_per_node,
+                "ratio_to_cuda_graph": per_task / graph_per_node,
+            }
+        )
         print(f"{shape} {placement}: {per_task:.3f} us/task", flush=True)
     timing.save("bench_dispatch", {**facts, "rows": rows})
     print(f"{facts['device']} ({facts['sms']} SMs), driver {facts['driver']}, torch {facts['torch']}, {facts['date']}")
     print(f"CUDA graph of empty kernels (dependent chain): {graph_per_node:.3f} us/node")
     print(f"{'graph':12} {'placement':12} {'T(100) us':>10} {'T(10000) us':>12} {'us/task':>8} {'vs graph':>8}")
     for r in rows:
-        print(f"{r['graph']:12} {r['placement']:12} {r['t0_us']:10.1f} {r['t1_us']:12.1f} "
-              f"{r['per_task_us']:8.3f} {r['ratio_to_cuda_graph']:8.2f}")
+        print(
+            f"{r['graph']:12} {r['placement']:12} {r['t0_us']:10.1f} {r['t1_us']:12.1f} "
+            f"{r['per_task_us']:8.3f} {r['ratio_to_cuda_graph']:8.2f}"
+        )
 
 
 if __name__ == "__main__":

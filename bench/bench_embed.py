@@ -1,6 +1,6 @@
 """The embed layer inside the megakernel next to its torch equivalent (see bench_small_layers.py).
 
-    python bench/bench_embed.py
+python bench/bench_embed.py
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ K, N, TASKS, COPIES = 4096, 12288, 128, 6
 def main() -> None:
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
-    weights = [torch.randn(N, K, dtype=torch.bfloat16, device="cuda") / K ** 0.5 for _ in range(COPIES)]
+    weights = [torch.randn(N, K, dtype=torch.bfloat16, device="cuda") / K**0.5 for _ in range(COPIES)]
     rows = []
     for batch in (1, 4, 16):
         x = torch.randn(batch, K, dtype=torch.bfloat16, device="cuda")
@@ -34,8 +34,13 @@ def main() -> None:
         def build(pk, i, x=x, outs=outs, attached=attached):
             if i == 0:  # copies are built in order on a fresh kernel: the shared input once
                 attached["x"] = pk.attach_input(x, "x")
-            pk.linear_layer(input=attached["x"], weight=pk.attach_input(weights[i], f"w{i}"),
-                            output=pk.attach_input(outs[i], f"y{i}"), grid_dim=(TASKS, 1, 1), block_dim=pk.block_dim)
+            pk.linear_layer(
+                input=attached["x"],
+                weight=pk.attach_input(weights[i], f"w{i}"),
+                output=pk.attach_input(outs[i], f"y{i}"),
+                grid_dim=(TASKS, 1, 1),
+                block_dim=pk.block_dim,
+            )
 
         def torch_op(i, x=x, outs=outs):
             torch.matmul(x, weights[i].T, out=outs[i])

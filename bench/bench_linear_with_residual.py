@@ -18,7 +18,7 @@ K, N, TASKS, COPIES = 12288, 4096, 128, 6
 def main() -> None:
     facts, copy = timing.device_facts(), layer_bench.copy_bandwidth()
     bf = torch.bfloat16
-    ws = [torch.randn(N, K, dtype=bf, device="cuda") / K ** 0.5 for _ in range(COPIES)]
+    ws = [torch.randn(N, K, dtype=bf, device="cuda") / K**0.5 for _ in range(COPIES)]
     rows = []
     for batch in (1, 8, 16):
         x = torch.randn(batch, K, dtype=bf, device="cuda")
@@ -29,9 +29,14 @@ def main() -> None:
         def build(pk, i, x=x, rs=rs, ys=ys, shared=shared):
             if i == 0:
                 shared["x"] = pk.attach_input(x, "x")
-            pk.linear_with_residual_layer(input=shared["x"], weight=pk.attach_input(ws[i], f"w{i}"),
-                                          residual=pk.attach_input(rs[i], f"r{i}"), output=pk.attach_input(ys[i], f"y{i}"),
-                                          grid_dim=(TASKS, 1, 1), block_dim=pk.block_dim)
+            pk.linear_with_residual_layer(
+                input=shared["x"],
+                weight=pk.attach_input(ws[i], f"w{i}"),
+                residual=pk.attach_input(rs[i], f"r{i}"),
+                output=pk.attach_input(ys[i], f"y{i}"),
+                grid_dim=(TASKS, 1, 1),
+                block_dim=pk.block_dim,
+            )
 
         def torch_op(i, x=x, rs=rs, ys=ys):
             torch.addmm(rs[i], x, ws[i].T, out=ys[i])

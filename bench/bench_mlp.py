@@ -32,10 +32,12 @@ ITERATIONS = 32
 def weights(seed: int) -> dict:
     g = torch.Generator(device="cuda").manual_seed(seed)
     bf = torch.bfloat16
-    return {"wn": torch.randn(H, dtype=bf, device="cuda", generator=g),
-            "wg": torch.randn(I, H, dtype=bf, device="cuda", generator=g) * 0.02,
-            "wu": torch.randn(I, H, dtype=bf, device="cuda", generator=g) * 0.02,
-            "wd": torch.randn(H, I, dtype=bf, device="cuda", generator=g) * 0.02}
+    return {
+        "wn": torch.randn(H, dtype=bf, device="cuda", generator=g),
+        "wg": torch.randn(I, H, dtype=bf, device="cuda", generator=g) * 0.02,
+        "wu": torch.randn(I, H, dtype=bf, device="cuda", generator=g) * 0.02,
+        "wd": torch.randn(H, I, dtype=bf, device="cuda", generator=g) * 0.02,
+    }
 
 
 def torch_mlp(x, r, p):
@@ -51,13 +53,15 @@ def build_mlp(pk, tag: str, X, r, out, p, batch: int):
     xn = pk.new_tensor((batch, H), bf, f"xn{tag}")
     mid = pk.new_tensor((batch, 2 * I), bf, f"mid{tag}")
     act = pk.new_tensor((batch, I), bf, f"act{tag}")
-    wgu = pk.shuffle_tensors([pk.attach_input(p["wg"], f"wg{tag}"), pk.attach_input(p["wu"], f"wu{tag}")], 0,
-                             UP_TASKS // 2, f"wgu{tag}")
+    wgu = pk.shuffle_tensors(
+        [pk.attach_input(p["wg"], f"wg{tag}"), pk.attach_input(p["wu"], f"wu{tag}")], 0, UP_TASKS // 2, f"wgu{tag}"
+    )
     pk.rmsnorm_layer(input=X, weight=pk.attach_input(p["wn"], f"wn{tag}"), output=xn, grid_dim=(batch, 1, 1), block_dim=bd)
     pk.linear_layer(input=xn, weight=wgu, output=mid, grid_dim=(UP_TASKS, 1, 1), block_dim=bd)
     pk.silu_mul_layer(input=mid, output=act, grid_dim=(UP_TASKS // 2, 1, 1), block_dim=bd)
-    pk.linear_with_residual_layer(input=act, weight=pk.attach_input(p["wd"], f"wd{tag}"), residual=R, output=O,
-                                  grid_dim=(DOWN_TASKS, 1, 1), block_dim=bd)
+    pk.linear_with_residual_layer(
+        input=act, weight=pk.attach_input(p["wd"], f"wd{tag}"), residual=R, output=O, grid_dim=(DOWN_TASKS, 1, 1), block_dim=bd
+    )
     return O
 
 
@@ -66,12 +70,20 @@ def megakernel(batch: int, sets: list[dict], decode: bool):
     x = torch.randn(batch, H, dtype=bf, device="cuda")
     rs = [torch.randn(batch, H, dtype=bf, device="cuda") for _ in sets]
     outs = [torch.empty(batch, H, dtype=bf, device="cuda") for _ in sets]
-    params = dict(max_num_batched_tokens=batch, max_num_batched_requests=batch, max_seq_length=ITERATIONS + 1,
-                  max_num_pages=batch * (ITERATIONS + 1))
+    params = dict(
+        max_num_batched_tokens=batch,
+        max_num_batched_requests=batch,
+        max_seq_length=ITERATIONS + 1,
+        max_num_pages=batch * (ITERATIONS + 1),
+    )
     if decode:  # `batch` requests of one prompt token each, decoding until their rows are full
-        params.update(test_mode=False, meta_tensors={
-            "tokens": torch.ones(batch, ITERATIONS + 1, dtype=torch.int64, device="cuda"),
-            "prompt_lengths": torch.ones(batch, dtype=torch.int32, device="cuda")})
+        params.update(
+            test_mode=False,
+            meta_tensors={
+                "tokens": torch.ones(batch, ITERATIONS + 1, dtype=torch.int64, device="cuda"),
+                "prompt_lengths": torch.ones(batch, dtype=torch.int32, device="cuda"),
+            },
+        )
     pk = layer_bench.kernel(**params)
     X = pk.attach_input(x, "x")
     for i, p in enumerate(sets):
@@ -116,20 +128,34 @@ def main() -> None:
         with torch.cuda.graph(graph):
             torch_chain(x, rs, sets)
         graph_us = timing.time_us(graph.replay, reps=100) / 2
-        rows.append({"batch": batch, "rel_error_mpk": err_mpk, "rel_error_torch_bf16": err_torch,
-                     "mpk_launch_us": launch_us, "mpk_decode_loop_us": loop_us, "torch_eager_us": eager_us,
-                     "torch_cuda_graph_us": graph_us, "floor_us": floor_us, "copy_TBps": copy,
-                     "mpk_launch_vs_graph": graph_us / launch_us, "mpk_loop_vs_graph": graph_us / loop_us,
-                     "mpk_launch_pct_of_copy": 100 * floor_us / launch_us, "mpk_loop_pct_of_copy": 100 * floor_us / loop_us})
+        rows.append(
+            {
+                "batch": batch,
+                "rel_error_mpk": err_mpk,
+                "rel_error_torch_bf16": err_torch,
+                "mpk_launch_us": launch_us,
+                "mpk_decode_loop_us": loop_us,
+                "torch_eager_us": eager_us,
+                "torch_cuda_graph_us": graph_us,
+                "floor_us": floor_us,
+                "copy_TBps": copy,
+                "mpk_launch_vs_graph": graph_us / launch_us,
+                "mpk_loop_vs_graph": graph_us / loop_us,
+                "mpk_launch_pct_of_copy": 100 * floor_us / launch_us,
+                "mpk_loop_pct_of_copy": 100 * floor_us / loop_us,
+            }
+        )
     timing.save("bench_mlp", {**facts, "rows": rows})
     print(f"{facts['device']}, {facts['date']}; copy bandwidth {copy:.2f} TB/s; floor {floor_us:.1f} us per MLP")
     for r in rows:
-        print(f"MLP b{r['batch']} (relative error vs fp32: mpk {r['rel_error_mpk']:.2e}, torch bf16 "
-              f"{r['rel_error_torch_bf16']:.2e}): mpk launch {r['mpk_launch_us']:.1f} us "
-              f"({r['mpk_launch_pct_of_copy']:.0f}% of copy), "
-              f"mpk decode loop {r['mpk_decode_loop_us']:.1f} us ({r['mpk_loop_pct_of_copy']:.0f}%), torch eager "
-              f"{r['torch_eager_us']:.1f} us, CUDA graph {r['torch_cuda_graph_us']:.1f} us; graph/mpk launch "
-              f"{r['mpk_launch_vs_graph']:.2f}, graph/mpk loop {r['mpk_loop_vs_graph']:.2f}")
+        print(
+            f"MLP b{r['batch']} (relative error vs fp32: mpk {r['rel_error_mpk']:.2e}, torch bf16 "
+            f"{r['rel_error_torch_bf16']:.2e}): mpk launch {r['mpk_launch_us']:.1f} us "
+            f"({r['mpk_launch_pct_of_copy']:.0f}% of copy), "
+            f"mpk decode loop {r['mpk_decode_loop_us']:.1f} us ({r['mpk_loop_pct_of_copy']:.0f}%), torch eager "
+            f"{r['torch_eager_us']:.1f} us, CUDA graph {r['torch_cuda_graph_us']:.1f} us; graph/mpk launch "
+            f"{r['mpk_launch_vs_graph']:.2f}, graph/mpk loop {r['mpk_loop_vs_graph']:.2f}"
+        )
 
 
 if __name__ == "__main__":

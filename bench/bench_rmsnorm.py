@@ -1,6 +1,6 @@
 """The rmsnorm layer inside the megakernel next to its torch equivalent (see bench_small_layers.py).
 
-    python bench/bench_rmsnorm.py
+python bench/bench_rmsnorm.py
 """
 
 from __future__ import annotations

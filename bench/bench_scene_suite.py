@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import timing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TWENTY = '''
+TWENTY = """
 import torch
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
@@ -43,14 +43,19 @@ class TestTwenty(SceneTestCase):
     def build(self, pk, t, params):
         pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(params["batch"], 1, 1),
                          block_dim=pk.block_dim)
-'''
+"""
 
 
 def pytest_run(args: list[str], cache: str) -> tuple[float, str]:
     env = {**os.environ, "MPK_CACHE_DIR": cache}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "mpk", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "mpk", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     if proc.returncode != 0:

@@ -1,6 +1,6 @@
 """The silu_mul layer inside the megakernel next to its torch equivalent (see bench_small_layers.py).
 
-    python bench/bench_silu_mul.py
+python bench/bench_silu_mul.py
 """
 
 from __future__ import annotations

@@ -34,8 +34,13 @@ def rmsnorm(copy: float) -> list[layer_bench.Result]:
         def build(pk, i, xs=xs, w=w, ys=ys, shared=shared, batch=batch):
             if i == 0:
                 shared["w"] = pk.attach_input(w, "w")
-            pk.rmsnorm_layer(input=pk.attach_input(xs[i], f"x{i}"), weight=shared["w"], output=pk.attach_input(ys[i], f"y{i}"),
-                             grid_dim=(batch, 1, 1), block_dim=pk.block_dim)
+            pk.rmsnorm_layer(
+                input=pk.attach_input(xs[i], f"x{i}"),
+                weight=shared["w"],
+                output=pk.attach_input(ys[i], f"y{i}"),
+                grid_dim=(batch, 1, 1),
+                block_dim=pk.block_dim,
+            )
 
         def torch_op(i, xs=xs, w=w):
             F.rms_norm(xs[i], (xs[i].shape[-1],), w, 1e-6)
@@ -52,8 +57,12 @@ def silu_mul(copy: float) -> list[layer_bench.Result]:
         ys = [torch.empty(batch, inter, dtype=bf, device="cuda") for _ in range(COPIES)]
 
         def build(pk, i, xs=xs, ys=ys, groups=groups):
-            pk.silu_mul_layer(input=pk.attach_input(xs[i], f"x{i}"), output=pk.attach_input(ys[i], f"y{i}"),
-                              grid_dim=(groups, 1, 1), block_dim=pk.block_dim)
+            pk.silu_mul_layer(
+                input=pk.attach_input(xs[i], f"x{i}"),
+                output=pk.attach_input(ys[i], f"y{i}"),
+                grid_dim=(groups, 1, 1),
+                block_dim=pk.block_dim,
+            )
 
         def torch_op(i, xs=xs):
             g, u = xs[i].chunk(2, dim=-1)
@@ -77,16 +86,23 @@ def embed(copy: float) -> list[layer_bench.Result]:
             if i == 0:
                 shared["ids"] = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
                 shared["table"] = pk.attach_input(table, "table")
-            pk.embed_layer(input=shared["ids"], weight=shared["table"], output=pk.attach_input(ys[i], f"y{i}"),
-                           grid_dim=(16, 1, 1), block_dim=pk.block_dim)
+            pk.embed_layer(
+                input=shared["ids"],
+                weight=shared["table"],
+                output=pk.attach_input(ys[i], f"y{i}"),
+                grid_dim=(16, 1, 1),
+                block_dim=pk.block_dim,
+            )
 
         def torch_op(i, tokens=tokens, ys=ys):
             torch.index_select(table, 0, tokens[0], out=ys[i])
 
-        params = dict(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch,
-                      meta_tensors={"tokens": tokens})
-        out.append(layer_bench.measure_latency(f"embed b{batch} h{hidden}", build, torch_op, 2 * batch * hidden * 2, COPIES, copy,
-                                       **params))
+        params = dict(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, meta_tensors={"tokens": tokens})
+        out.append(
+            layer_bench.measure_latency(
+                f"embed b{batch} h{hidden}", build, torch_op, 2 * batch * hidden * 2, COPIES, copy, **params
+            )
+        )
     return out
 
 
@@ -100,10 +116,16 @@ def sampling(copy: float) -> list[layer_bench.Result]:
         def build(pk, i, logits=logits, toks=toks, batch=batch):
             vals = pk.new_tensor((batch, parts), torch.float32, f"v{i}")
             idx = pk.new_tensor((batch, parts), torch.int64, f"i{i}")
-            pk.argmax_partial_layer(input=pk.attach_input(logits[i], f"l{i}"), values=vals, indices=idx,
-                                    grid_dim=(parts, 1, 1), block_dim=pk.block_dim)
-            pk.argmax_reduce_layer(values=vals, indices=idx, output=pk.attach_input(toks[i], f"t{i}"), grid_dim=(1, 1, 1),
-                                   block_dim=pk.block_dim)
+            pk.argmax_partial_layer(
+                input=pk.attach_input(logits[i], f"l{i}"),
+                values=vals,
+                indices=idx,
+                grid_dim=(parts, 1, 1),
+                block_dim=pk.block_dim,
+            )
+            pk.argmax_reduce_layer(
+                values=vals, indices=idx, output=pk.attach_input(toks[i], f"t{i}"), grid_dim=(1, 1, 1), block_dim=pk.block_dim
+            )
 
         def torch_op(i, logits=logits, toks=toks):
             torch.argmax(logits[i], dim=-1, out=toks[i])

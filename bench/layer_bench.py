@@ -39,14 +39,24 @@ class Result:
         return self.bytes / (self.torch_us * 1e-6) / 1e12
 
     def row(self) -> dict:
-        return {"case": self.name, "mpk_us": self.mpk_us, "torch_us": self.torch_us, "bytes": self.bytes,
-                "mpk_TBps": self.mpk_tbps, "torch_TBps": self.torch_tbps, "copy_TBps": self.copy_tbps,
-                "mpk_pct_of_copy": 100 * self.mpk_tbps / self.copy_tbps, "speedup_vs_torch": self.torch_us / self.mpk_us}
+        return {
+            "case": self.name,
+            "mpk_us": self.mpk_us,
+            "torch_us": self.torch_us,
+            "bytes": self.bytes,
+            "mpk_TBps": self.mpk_tbps,
+            "torch_TBps": self.torch_tbps,
+            "copy_TBps": self.copy_tbps,
+            "mpk_pct_of_copy": 100 * self.mpk_tbps / self.copy_tbps,
+            "speedup_vs_torch": self.torch_us / self.mpk_us,
+        }
 
     def line(self) -> str:
         pct = 100 * self.mpk_tbps / self.copy_tbps
-        return (f"{self.name:28} mpk {self.mpk_us:8.2f} us {self.mpk_tbps:5.2f} TB/s ({pct:3.0f}% of copy) | "
-                f"torch {self.torch_us:8.2f} us {self.torch_tbps:5.2f} TB/s | torch/mpk {self.torch_us / self.mpk_us:4.2f}")
+        return (
+            f"{self.name:28} mpk {self.mpk_us:8.2f} us {self.mpk_tbps:5.2f} TB/s ({pct:3.0f}% of copy) | "
+            f"torch {self.torch_us:8.2f} us {self.torch_tbps:5.2f} TB/s | torch/mpk {self.torch_us / self.mpk_us:4.2f}"
+        )
 
 
 def copy_bandwidth() -> float:
@@ -76,8 +86,15 @@ def launch_us(build: Callable[[mpk.PersistentKernel, int], None], copies: int, r
     return us
 
 
-def measure(name: str, build: Callable[[mpk.PersistentKernel, int], None], torch_op: Callable[[int], None],
-            nbytes: int, copies: int, copy_tbps: float, **params) -> Result:
+def measure(
+    name: str,
+    build: Callable[[mpk.PersistentKernel, int], None],
+    torch_op: Callable[[int], None],
+    nbytes: int,
+    copies: int,
+    copy_tbps: float,
+    **params,
+) -> Result:
     one = launch_us(build, 1, **params)
     many = launch_us(build, copies, **params)
     k = [0]
@@ -90,8 +107,16 @@ def measure(name: str, build: Callable[[mpk.PersistentKernel, int], None], torch
     return Result(name, (many - one) / (copies - 1), torch_us, nbytes, copy_tbps)
 
 
-def measure_latency(name: str, build: Callable[[mpk.PersistentKernel, int], None], torch_op: Callable[[int], None],
-                    nbytes: int, copies: int, copy_tbps: float, launches: int = 20, **params) -> Result:
+def measure_latency(
+    name: str,
+    build: Callable[[mpk.PersistentKernel, int], None],
+    torch_op: Callable[[int], None],
+    nbytes: int,
+    copies: int,
+    copy_tbps: float,
+    launches: int = 20,
+    **params,
+) -> Result:
     """For layers too small to difference (their copies would run side by side): the profiler's
     span of one copy inside the megakernel (its first task's begin to its last task's end),
     median over launches, against the torch op."""

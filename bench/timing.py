@@ -32,12 +32,18 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5) -> float:
 def device_facts() -> dict:
     props = torch.cuda.get_device_properties(0)
     try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, check=False).stdout.strip()
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=False
+        ).stdout.strip()
     except OSError:
         driver = "unknown"
-    return {"device": props.name, "sms": props.multi_processor_count, "driver": driver,
-            "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+    return {
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "driver": driver,
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def save(name: str, data: dict) -> None:

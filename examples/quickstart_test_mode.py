@@ -23,8 +23,7 @@ out_dt = pk.attach_input(out, name="out")
 
 # 3. Build layer(s)
 block_dim = (256, 1, 1) if pk.target_cc >= 90 else (128, 1, 1)
-pk.rmsnorm_layer(input=x_dt, weight=w_dt, output=out_dt,
-                 grid_dim=(16, 1, 1), block_dim=block_dim)
+pk.rmsnorm_layer(input=x_dt, weight=w_dt, output=out_dt, grid_dim=(16, 1, 1), block_dim=block_dim)
 
 # 4. Compile and run — same call as production; MPK_TEST_MODE is baked into the .so
 pk.compile(output_dir="./test_output")  # saves .cu and .json for debugging

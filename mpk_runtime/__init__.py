@@ -58,9 +58,27 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
-    "ArityError", "BlockDimError", "BuildError", "CoResidencyError", "ConfigError", "DTensor", "DTypeError",
-    "DeviceError", "GraphError", "GridError", "KernelError", "LayoutError", "MetaTensorError", "MpkError",
-    "NameConflictError", "PersistentKernel", "ProfileError", "ShapeError", "StateError", "WatchdogError",
+    "ArityError",
+    "BlockDimError",
+    "BuildError",
+    "CoResidencyError",
+    "ConfigError",
+    "DTensor",
+    "DTypeError",
+    "DeviceError",
+    "GraphError",
+    "GridError",
+    "KernelError",
+    "LayoutError",
+    "MetaTensorError",
+    "MpkError",
+    "NameConflictError",
+    "PersistentKernel",
+    "ProfileError",
+    "ShapeError",
+    "StateError",
+    "WatchdogError",
     "get_configurations_from_gpu",
 ]

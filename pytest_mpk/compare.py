@@ -43,8 +43,7 @@ def poison(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(poison_value(t.dtype))
 
 
-def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None,
-          atol: float | None = None) -> None:
+def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None, atol: float | None = None) -> None:
     """Raise MismatchError with a report unless ``actual`` matches ``expected`` within tolerance
     (``torch.testing.assert_close`` semantics; NaN never matches)."""
     if not isinstance(expected, torch.Tensor):
@@ -65,8 +64,10 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
     diff = (a - e).abs()
     bad = ~(diff <= allowed)  # NaN differences count as bad
     n, total = int(bad.sum()), a.numel()
-    lines = [f"output {name!r} ({str(actual.dtype).replace('torch.', '')}, shape {tuple(actual.shape)}) differs "
-             f"from the golden (rtol={rtol:g}, atol={atol:g}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"]
+    lines = [
+        f"output {name!r} ({str(actual.dtype).replace('torch.', '')}, shape {tuple(actual.shape)}) differs "
+        f"from the golden (rtol={rtol:g}, atol={atol:g}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"
+    ]
     for label, mask in (("NaN", torch.isnan(a)), ("inf", torch.isinf(a))):
         count = int(mask.sum())
         if count:

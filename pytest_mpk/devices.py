@@ -18,10 +18,11 @@ def visible_gpus() -> list[str]:
     if env is not None:
         entries = [d.strip() for d in env.split(",") if d.strip()]
         # As CUDA reads it: "-1" hides itself and every entry after it ("0,-1,1": only 0).
-        return entries[:entries.index("-1")] if "-1" in entries else entries
+        return entries[: entries.index("-1")] if "-1" in entries else entries
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=False)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()] if out.returncode == 0 else []

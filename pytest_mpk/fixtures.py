@@ -22,7 +22,8 @@ class _Params(dict):
 
             raise StateError(
                 "mpk_params changed after the pk fixture was built from it; adjust parameters with "
-                "@pytest.mark.mpk_params(...) or by overriding the mpk_params fixture")
+                "@pytest.mark.mpk_params(...) or by overriding the mpk_params fixture"
+            )
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._check()

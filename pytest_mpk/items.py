@@ -91,21 +91,23 @@ class SceneClass(pytest.Collector):
             if isinstance(e.args[0], str) and e.args[0] not in params:
                 near = difflib.get_close_matches(e.args[0], params, n=1)
                 hint = f" (the case has {near[0]!r})" if near else ""
-                raise self.CollectError(f"{where}: generate_args reads params[{e.args[0]!r}], which the cases do not "
-                                        f"give{hint}; they give {', '.join(params)}") from None
+                raise self.CollectError(
+                    f"{where}: generate_args reads params[{e.args[0]!r}], which the cases do not "
+                    f"give{hint}; they give {', '.join(params)}"
+                ) from None
             args = None
         except Exception:  # noqa: BLE001 - a scene that needs real shapes or values is checked when it runs
             args = None
         if isinstance(args, dict) and not any(isinstance(v, Out) for v in args.values()):
             raise self.CollectError(
                 f"{where}: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
-                f"output, e.g. 'output': Out(torch.empty(...))")
+                f"output, e.g. 'output': Out(torch.empty(...))"
+            )
         if getattr(scene, "compute_golden", None) is None:
             try:
                 harness.find_reference(self.layer, search=[Path(self.path).parent], layer=self.layer)
             except GraphError as e:
-                raise self.CollectError(
-                    f"{where}: no golden: {e}; or define compute_golden(self, args, params)") from None
+                raise self.CollectError(f"{where}: no golden: {e}; or define compute_golden(self, args, params)") from None
 
     def reportinfo(self):
         return self.path, _line_of(self.cls), self.cls.__qualname__
@@ -126,9 +128,16 @@ class _SceneItem(pytest.Item):
         from .runner import Setup
 
         backend = devices.backend_for(self.arch, mpk.backend, mpk.local_arch())
-        return Setup(arch=self.arch, backend=backend, artifacts=mpk.artifacts_dir / _safe(self.nodeid),
-                     keep_artifacts=mpk.keep_artifacts or mpk.profile, hang_timeout=mpk.hang_timeout, repro=mpk.repro(self),
-                     replay=mpk.replay, profile=mpk.profile)
+        return Setup(
+            arch=self.arch,
+            backend=backend,
+            artifacts=mpk.artifacts_dir / _safe(self.nodeid),
+            keep_artifacts=mpk.keep_artifacts or mpk.profile,
+            hang_timeout=mpk.hang_timeout,
+            repro=mpk.repro(self),
+            replay=mpk.replay,
+            profile=mpk.profile,
+        )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:
         from .runner import run_case, seed_of
@@ -140,8 +149,15 @@ class _SceneItem(pytest.Item):
         if (BACKEND_PROPERTY, setup.backend) not in self.user_properties:  # it runs: the summary counts it
             self.user_properties.append((BACKEND_PROPERTY, setup.backend))
         try:
-            run_case(self.scene_class.cls(), self.scene_class.layer, case, params, setup, seed_of(self.nodeid),
-                     [Path(self.path).parent])
+            run_case(
+                self.scene_class.cls(),
+                self.scene_class.layer,
+                case,
+                params,
+                setup,
+                seed_of(self.nodeid),
+                [Path(self.path).parent],
+            )
         finally:
             self._notes.update(dict.fromkeys(setup.notes))
             lost = mpk.after_gpu_case(self, setup.backend)

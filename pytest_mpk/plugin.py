@@ -45,23 +45,63 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)
 
     group = parser.getgroup("mpk", "megakernel scene tests (pytest-mpk)")
-    group.addoption("--arch", dest="mpk_arch", metavar="ARCH", action="append", choices=(*ARCH_NAMES, "auto"),
-                    help="Target arch of the cases (repeatable; auto: the local GPU's, sm90 without one)")
-    group.addoption("--mpk-backend", dest="mpk_backend", metavar="BACKEND", choices=devices.BACKENDS,
-                    help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, "
-                         "emulate (nvcc build plus the CPU emulator) or compile-only")
-    group.addoption("--mpk-case", dest="mpk_case", metavar="CLASS::CASE", action="append", type=_case_selector,
-                    help="Run only this scene case (repeatable; also runs manual cases)")
-    group.addoption("--mpk-artifacts-dir", dest="mpk_artifacts_dir", metavar="DIR",
-                    help="Where each case keeps its sources, graph, inputs and outputs (default .mpk-artifacts)")
-    group.addoption("--mpk-keep-artifacts", dest="mpk_keep_artifacts", action="store_true", default=False,
-                    help="Keep the artifacts of passing cases too")
-    group.addoption("--mpk-hang-timeout", dest="mpk_hang_timeout", metavar="SECONDS", type=_positive_float,
-                    help="Seconds without progress before the device watchdog stops a kernel (default 5)")
-    group.addoption("--mpk-replay", dest="mpk_replay", metavar="DIR",
-                    help="Run the selected scenes against this compile output directory instead of building them")
-    group.addoption("--mpk-profile", dest="mpk_profile", action="store_true", default=False,
-                    help="Record a Perfetto trace, a CSV and a swimlane picture of every GPU case")
+    group.addoption(
+        "--arch",
+        dest="mpk_arch",
+        metavar="ARCH",
+        action="append",
+        choices=(*ARCH_NAMES, "auto"),
+        help="Target arch of the cases (repeatable; auto: the local GPU's, sm90 without one)",
+    )
+    group.addoption(
+        "--mpk-backend",
+        dest="mpk_backend",
+        metavar="BACKEND",
+        choices=devices.BACKENDS,
+        help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, "
+        "emulate (nvcc build plus the CPU emulator) or compile-only",
+    )
+    group.addoption(
+        "--mpk-case",
+        dest="mpk_case",
+        metavar="CLASS::CASE",
+        action="append",
+        type=_case_selector,
+        help="Run only this scene case (repeatable; also runs manual cases)",
+    )
+    group.addoption(
+        "--mpk-artifacts-dir",
+        dest="mpk_artifacts_dir",
+        metavar="DIR",
+        help="Where each case keeps its sources, graph, inputs and outputs (default .mpk-artifacts)",
+    )
+    group.addoption(
+        "--mpk-keep-artifacts",
+        dest="mpk_keep_artifacts",
+        action="store_true",
+        default=False,
+        help="Keep the artifacts of passing cases too",
+    )
+    group.addoption(
+        "--mpk-hang-timeout",
+        dest="mpk_hang_timeout",
+        metavar="SECONDS",
+        type=_positive_float,
+        help="Seconds without progress before the device watchdog stops a kernel (default 5)",
+    )
+    group.addoption(
+        "--mpk-replay",
+        dest="mpk_replay",
+        metavar="DIR",
+        help="Run the selected scenes against this compile output directory instead of building them",
+    )
+    group.addoption(
+        "--mpk-profile",
+        dest="mpk_profile",
+        action="store_true",
+        default=False,
+        help="Record a Perfetto trace, a CSV and a swimlane picture of every GPU case",
+    )
     parser.addini("mpk_arch", "Default --arch", default="auto")
     parser.addini("mpk_backend", "Default --mpk-backend", default="auto")
     parser.addini("mpk_artifacts_dir", "Default --mpk-artifacts-dir", default=".mpk-artifacts")

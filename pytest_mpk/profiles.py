@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, settings
 
 PROFILES = {
     "dev": dict(max_examples=10, deadline=None),
-    "ci": dict(max_examples=10, deadline=None, derandomize=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow]),
+    "ci": dict(max_examples=10, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]),
     "thorough": dict(max_examples=200, deadline=None),
 }
 

@@ -64,8 +64,9 @@ class ReplayItem(pytest.Item):
             else:
                 if t.direction == "INOUT":
                     outs.append(t.name)
-                inputs[t.name] = (torch.randn(t.shape).to(dtype) if dtype.is_floating_point
-                                  else torch.randint(1, 64, t.shape, dtype=dtype))
+                inputs[t.name] = (
+                    torch.randn(t.shape).to(dtype) if dtype.is_floating_point else torch.randint(1, 64, t.shape, dtype=dtype)
+                )
 
         def kernel(emulate: bool, tensors: dict):
             if emulate:
@@ -86,8 +87,9 @@ class ReplayItem(pytest.Item):
         pk = kernel(backend == devices.EMULATED, tensors)
         try:
             pk.compile()
-            self.add_report_section("call", "mpk", f"module {'from the cache' if pk.build_result.cached else 'built'}: "
-                                                   f"{pk.build_result.entry.name}")
+            self.add_report_section(
+                "call", "mpk", f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}"
+            )
             if backend == devices.COMPILED:
                 return
             actual = launch(pk, tensors)

@@ -49,8 +49,9 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
     torch.manual_seed(seed)
     args = scene.generate_args(dict(params))
     if not isinstance(args, dict) or not args:
-        raise TypeError(f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, "
-                        f"got {type(args).__name__}")
+        raise TypeError(
+            f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, got {type(args).__name__}"
+        )
     return args
 
 
@@ -58,8 +59,9 @@ def outputs_of(args: dict[str, Any]) -> list[str]:
     return [name for name, v in args.items() if isinstance(v, Out)]
 
 
-def golden(scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[str, Any],
-           search: list[Path], outputs: list[str]) -> dict[str, torch.Tensor]:
+def golden(
+    scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[str, Any], search: list[Path], outputs: list[str]
+) -> dict[str, torch.Tensor]:
     """The expected outputs: ``compute_golden(args, params)`` if the scene defines it, else the
     layer's reference (nearest pytorch_reference.py) called with the inputs by name."""
     plain = {n: (v.tensor if isinstance(v, Out) else v) for n, v in args.items()}
@@ -93,8 +95,7 @@ def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
     else:
-        init.update(num_workers=EMULATED_WORKERS, emulate=backend == devices.EMULATED,
-                    compile_only=backend == devices.COMPILED)
+        init.update(num_workers=EMULATED_WORKERS, emulate=backend == devices.EMULATED, compile_only=backend == devices.COMPILED)
     return init
 
 
@@ -108,15 +109,18 @@ def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) ->
     return init
 
 
-def run_case(scene: SceneTestCase, layer: str, case: Case | None, params: dict[str, Any], setup: Setup,
-             seed: int, search: list[Path]) -> None:
+def run_case(
+    scene: SceneTestCase, layer: str, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, search: list[Path]
+) -> None:
     """Run one case; raise SceneFailure (with the report, the artifacts and the repro line) on a
     mismatch or a kernel error. Other exceptions are mistakes in the scene or the runtime."""
     args = generate(scene, params, seed)
     outs = outputs_of(args)
     if not outs:
-        raise TypeError(f"{type(scene).__name__}.generate_args returned no Out or InOut tensor; wrap each output, "
-                        f"e.g. 'output': Out(torch.empty(...))")
+        raise TypeError(
+            f"{type(scene).__name__}.generate_args returned no Out or InOut tensor; wrap each output, "
+            f"e.g. 'output': Out(torch.empty(...))"
+        )
     device = torch.device("cuda", torch.cuda.current_device()) if setup.backend == devices.GPU else torch.device("cpu")
     inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
     run_tensors = {}
@@ -132,15 +136,30 @@ def run_case(scene: SceneTestCase, layer: str, case: Case | None, params: dict[s
     setup.artifacts.mkdir(parents=True, exist_ok=True)
     init = kernel_params(scene, params, setup)
     if setup.profile and setup.backend == devices.GPU:
-        init.update(profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device),
-                    trace_name=str(setup.artifacts / "trace"))
+        init.update(
+            profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device), trace_name=str(setup.artifacts / "trace")
+        )
     pk = None
     expected = None
     try:
         if setup.replay is not None:
-            pk = mpk.PersistentKernel.from_artifacts(setup.replay, run_tensors, **{
-                k: init[k] for k in ("emulate", "compile_only", "num_workers", "num_local_schedulers", "watchdog_timeout",
-                                     "profiler_tensor", "trace_name") if k in init})
+            pk = mpk.PersistentKernel.from_artifacts(
+                setup.replay,
+                run_tensors,
+                **{
+                    k: init[k]
+                    for k in (
+                        "emulate",
+                        "compile_only",
+                        "num_workers",
+                        "num_local_schedulers",
+                        "watchdog_timeout",
+                        "profiler_tensor",
+                        "trace_name",
+                    )
+                    if k in init
+                },
+            )
             setup.notes.append(f"replayed {setup.replay}")
         else:
             pk = mpk.PersistentKernel(**init)
@@ -155,8 +174,14 @@ def run_case(scene: SceneTestCase, layer: str, case: Case | None, params: dict[s
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
         actual = {n: run_tensors[n].cpu() for n in outs}
-        expected = golden(scene, layer, {n: (type(v)(inputs[n]) if isinstance(v, Out) else inputs[n])
-                                         for n, v in args.items()}, params, search, outs)
+        expected = golden(
+            scene,
+            layer,
+            {n: (type(v)(inputs[n]) if isinstance(v, Out) else inputs[n]) for n, v in args.items()},
+            params,
+            search,
+            outs,
+        )
         scene_compare = getattr(scene, "compare", None)
         if scene_compare is not None:
             scene_compare(actual, expected, case)
@@ -220,10 +245,12 @@ def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str]
 
 
 def _failure_text(e: BaseException, setup: Setup, params: dict[str, Any], saved: list[str]) -> str:
-    return "\n".join([
-        str(e),
-        f"params: {params}",
-        f"backend: {setup.backend} ({setup.arch})",
-        f"artifacts: {setup.artifacts} ({', '.join(saved)})",
-        f"repro: {setup.repro}",
-    ])
+    return "\n".join(
+        [
+            str(e),
+            f"params: {params}",
+            f"backend: {setup.backend} ({setup.arch})",
+            f"artifacts: {setup.artifacts} ({', '.join(saved)})",
+            f"repro: {setup.repro}",
+        ]
+    )

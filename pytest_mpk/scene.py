@@ -59,9 +59,17 @@ class Case:
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
     manual: bool = False
 
-    def __init__(self, name: str, *, archs: tuple[str, ...] | list[str] | None = None, rtol: float | None = None,
-                 atol: float | None = None, tolerances: dict[str, tuple[float, float]] | None = None,
-                 manual: bool = False, **params: Any):
+    def __init__(
+        self,
+        name: str,
+        *,
+        archs: tuple[str, ...] | list[str] | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        tolerances: dict[str, tuple[float, float]] | None = None,
+        manual: bool = False,
+        **params: Any,
+    ):
         if not isinstance(name, str) or not name or any(c in name for c in "[]:/ "):
             raise ValueError(f"Case name {name!r} must be a non-empty string without spaces, '[', ']', ':' or '/'")
         from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)

@@ -21,9 +21,15 @@ def apply_case_selection(config: pytest.Config, items: list[pytest.Item]) -> Non
     for sel in wanted:
         if sel not in known:
             near = difflib.get_close_matches(sel, known, n=3)
-            hint = f"did you mean {', '.join(near)}?" if near else (
-                f"collected cases: {', '.join(known[:20])}{' ...' if len(known) > 20 else ''}" if known
-                else "no scene cases were collected from the given paths")
+            hint = (
+                f"did you mean {', '.join(near)}?"
+                if near
+                else (
+                    f"collected cases: {', '.join(known[:20])}{' ...' if len(known) > 20 else ''}"
+                    if known
+                    else "no scene cases were collected from the given paths"
+                )
+            )
             message = f"--mpk-case {sel}: no such scene case; {hint}"
             if hasattr(config, "workerinput"):
                 # An xdist worker cannot stop the session cleanly; every worker reports the same

@@ -94,7 +94,9 @@ class MpkSession:
         if backend == devices.GPU and self.lost_context_in is not None:
             pytest.fail(
                 f"not run: the CUDA context of this process was lost in {self.lost_context_in}; with pytest-xdist "
-                f"(-n) that worker is replaced and this case runs elsewhere", pytrace=False)
+                f"(-n) that worker is replaced and this case runs elsewhere",
+                pytrace=False,
+            )
 
     def after_gpu_case(self, item: pytest.Item, backend: str) -> str | None:
         """After a GPU case, still in its call phase: if the CUDA context is lost, remember it and mark
@@ -104,18 +106,22 @@ class MpkSession:
         self.lost_context_in = item.nodeid
         item.user_properties.append((CONTEXT_LOST_PROPERTY, True))
         if hasattr(self.config, "workerinput"):
-            return ("the CUDA context of this worker is lost: pytest-xdist replaces the worker, and its other cases "
-                    "run on the others")
-        return ("the CUDA context of this process is lost: later GPU cases of this run fail without running; run with "
-                "pytest-xdist (-n) to have them run in a fresh worker")
+            return (
+                "the CUDA context of this worker is lost: pytest-xdist replaces the worker, and its other cases run on the others"
+            )
+        return (
+            "the CUDA context of this process is lost: later GPU cases of this run fail without running; run with "
+            "pytest-xdist (-n) to have them run in a fresh worker"
+        )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         result = yield
         if self.lost_context_in == item.nodeid and hasattr(self.config, "workerinput"):
             # The case's reports are sent (xdist sends each as it is logged); nothing more can run here.
-            sys.stderr.write(f"\nmpk: the CUDA context is lost after {item.nodeid}; ending this worker so that "
-                             f"pytest-xdist replaces it\n")
+            sys.stderr.write(
+                f"\nmpk: the CUDA context is lost after {item.nodeid}; ending this worker so that pytest-xdist replaces it\n"
+            )
             sys.stderr.flush()
             os._exit(3)
         return result

@@ -41,8 +41,9 @@ def answer(args: argparse.Namespace) -> dict:
         return {"task_types": ps.task_types(rows), "rows": len(rows)}
     picked = ps.select(rows, args.task) if args.task is not None else rows
     if args.stat:
-        kind = {"task_type": picked[0].task_type_name, "task_type_id": picked[0].task_type_id} if args.task else \
-            {"task_type": None}
+        kind = (
+            {"task_type": picked[0].task_type_name, "task_type_id": picked[0].task_type_id} if args.task else {"task_type": None}
+        )
         return {**kind, **ps.stats(picked, args.stat)}
     if args.per_layer:
         return {"layers": ps.per_layer(picked)}

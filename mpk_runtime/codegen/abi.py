@@ -19,10 +19,21 @@ TRIGGER_SINGLE = 0x80000000
 
 # MpkTaskDesc, packed with struct for speed (graphs have many tasks): (field, format) in order.
 TASK_DESC_FIELDS = [
-    ("variant", "H"), ("task_type", "H"), ("num_triggers", "H"), ("flags", "H"),
-    ("wait_event", "I"), ("wait_count", "I"), ("first_trigger", "I"), ("trigger_begin", "I"),
-    ("task_id", "I"), ("layer", "I"), ("grid_idx", "3H"), ("reserved", "H"),
-    ("scalars", "2I"), ("inputs", f"{contract.MAX_INPUTS}Q"), ("outputs", f"{contract.MAX_OUTPUTS}Q"),
+    ("variant", "H"),
+    ("task_type", "H"),
+    ("num_triggers", "H"),
+    ("flags", "H"),
+    ("wait_event", "I"),
+    ("wait_count", "I"),
+    ("first_trigger", "I"),
+    ("trigger_begin", "I"),
+    ("task_id", "I"),
+    ("layer", "I"),
+    ("grid_idx", "3H"),
+    ("reserved", "H"),
+    ("scalars", "2I"),
+    ("inputs", f"{contract.MAX_INPUTS}Q"),
+    ("outputs", f"{contract.MAX_OUTPUTS}Q"),
 ]
 TASK_DESC = struct.Struct("<" + "".join(f for _, f in TASK_DESC_FIELDS))
 assert TASK_DESC.size == 128
@@ -51,24 +62,40 @@ class MpkMeta(C.Structure):
 
 
 class MpkBatchConfig(C.Structure):
-    _fields_ = [(n, C.c_int32) for n in (
-        "max_num_batched_tokens", "max_num_batched_requests", "max_num_pages", "page_size",
-        "max_seq_length", "total_num_requests", "max_pages_per_request", "test_mode")] + [("eos_token_id", C.c_int64)]
+    _fields_ = [
+        (n, C.c_int32)
+        for n in (
+            "max_num_batched_tokens",
+            "max_num_batched_requests",
+            "max_num_pages",
+            "page_size",
+            "max_seq_length",
+            "total_num_requests",
+            "max_pages_per_request",
+            "test_mode",
+        )
+    ] + [("eos_token_id", C.c_int64)]
 
 
 class MpkBatchState(C.Structure):
-    _fields_ = [(n, C.c_void_p) for n in (
-        "running", "batch", "request_pages", "request_num_pages", "page_queue", "counters")]
+    _fields_ = [(n, C.c_void_p) for n in ("running", "batch", "request_pages", "request_num_pages", "page_queue", "counters")]
 
 
 BATCH_NUM_COUNTERS = 5
 
 
 class MpkControl(C.Structure):
-    _fields_ = [("go", C.c_uint64), ("end_count", C.c_uint64), ("iterations_total", C.c_uint64),
-                ("abort", C.c_uint32), ("task_error_launch", C.c_uint32), ("task_error_task", C.c_uint32),
-                ("task_error_code", C.c_int32), ("task_error_value", C.c_int64),
-                ("scheduler_progress", C.c_uint64 * contract.MAX_SCHEDULERS)]
+    _fields_ = [
+        ("go", C.c_uint64),
+        ("end_count", C.c_uint64),
+        ("iterations_total", C.c_uint64),
+        ("abort", C.c_uint32),
+        ("task_error_launch", C.c_uint32),
+        ("task_error_task", C.c_uint32),
+        ("task_error_code", C.c_int32),
+        ("task_error_value", C.c_int64),
+        ("scheduler_progress", C.c_uint64 * contract.MAX_SCHEDULERS),
+    ]
 
 
 class MpkWorkerStatus(C.Structure):
@@ -76,33 +103,49 @@ class MpkWorkerStatus(C.Structure):
 
 
 class MpkStatus(C.Structure):
-    _fields_ = [("code", C.c_int32), ("iterations", C.c_uint32), ("idle_ns", C.c_uint64),
-                ("detail", C.c_int32 * 4)]
+    _fields_ = [("code", C.c_int32), ("iterations", C.c_uint32), ("idle_ns", C.c_uint64), ("detail", C.c_int32 * 4)]
 
 
 class MpkKernelParams(C.Structure):
     _fields_ = [
-        ("tasks", C.c_void_p), ("queue_offsets", C.c_void_p), ("triggers", C.c_void_p),
-        ("event_counters", C.c_void_p), ("worker_progress", C.c_void_p), ("worker_status", C.c_void_p),
-        ("control", C.c_void_p), ("status", C.c_void_p), ("profiler_buffer", C.c_void_p),
-        ("profiler_capacity", C.c_uint64), ("launch_id", C.c_uint32), ("num_tasks", C.c_uint32),
-        ("num_events", C.c_uint32), ("num_workers", C.c_uint32), ("num_schedulers", C.c_uint32),
-        ("end_trigger_count", C.c_uint32), ("watchdog_timeout_ns", C.c_uint64),
-        ("meta", MpkMeta), ("batch", MpkBatchConfig), ("state", MpkBatchState),
+        ("tasks", C.c_void_p),
+        ("queue_offsets", C.c_void_p),
+        ("triggers", C.c_void_p),
+        ("event_counters", C.c_void_p),
+        ("worker_progress", C.c_void_p),
+        ("worker_status", C.c_void_p),
+        ("control", C.c_void_p),
+        ("status", C.c_void_p),
+        ("profiler_buffer", C.c_void_p),
+        ("profiler_capacity", C.c_uint64),
+        ("launch_id", C.c_uint32),
+        ("num_tasks", C.c_uint32),
+        ("num_events", C.c_uint32),
+        ("num_workers", C.c_uint32),
+        ("num_schedulers", C.c_uint32),
+        ("end_trigger_count", C.c_uint32),
+        ("watchdog_timeout_ns", C.c_uint64),
+        ("meta", MpkMeta),
+        ("batch", MpkBatchConfig),
+        ("state", MpkBatchState),
     ]
 
 
 _STRUCTS = {
-    "MpkMeta": MpkMeta, "MpkBatchConfig": MpkBatchConfig, "MpkBatchState": MpkBatchState,
-    "MpkControl": MpkControl, "MpkWorkerStatus": MpkWorkerStatus, "MpkStatus": MpkStatus,
+    "MpkMeta": MpkMeta,
+    "MpkBatchConfig": MpkBatchConfig,
+    "MpkBatchState": MpkBatchState,
+    "MpkControl": MpkControl,
+    "MpkWorkerStatus": MpkWorkerStatus,
+    "MpkStatus": MpkStatus,
     "MpkKernelParams": MpkKernelParams,
 }
 
 
 def expected_layout() -> dict[str, tuple[int, dict[str, int]]]:
-    layout = {"MpkTaskDesc": (TASK_DESC.size, TASK_DESC_OFFSETS)}
+    layout: dict[str, tuple[int, dict[str, int]]] = {"MpkTaskDesc": (TASK_DESC.size, TASK_DESC_OFFSETS)}
     for name, cls in _STRUCTS.items():
-        layout[name] = (C.sizeof(cls), {f: getattr(cls, f).offset for f, _ in cls._fields_})
+        layout[name] = (C.sizeof(cls), {f: getattr(cls, f).offset for f, *_ in cls._fields_})
     return layout
 
 
@@ -120,11 +163,16 @@ def check_layout(reported: str, module: str) -> None:
     want = expected_layout()
     for name, (size, fields) in parse_layout(reported).items():
         if name == "Constants":
-            wrong = [f"{k}={v} (mpk_runtime/contract.py: {contract.CHECKED.get(k)})" for k, v in fields.items()
-                     if contract.CHECKED.get(k) != v]
+            wrong = [
+                f"{k}={v} (mpk_runtime/contract.py: {contract.CHECKED.get(k)})"
+                for k, v in fields.items()
+                if contract.CHECKED.get(k) != v
+            ]
             if wrong:
-                raise BuildError(f"{module}: constants differ from mpk_runtime/contract.py: {'; '.join(wrong)}; "
-                                 f"csrc/runtime/abi.h and contract.py must change together")
+                raise BuildError(
+                    f"{module}: constants differ from mpk_runtime/contract.py: {'; '.join(wrong)}; "
+                    f"csrc/runtime/abi.h and contract.py must change together"
+                )
             continue
         if name not in want:
             raise BuildError(f"{module}: reports an unknown struct {name}; rebuild it (clear the cache entry)")
@@ -146,14 +194,25 @@ def meta_struct(meta: Mapping[str, Any]) -> MpkMeta:
 def batch_struct(cfg: Any) -> MpkBatchConfig:
     """The MpkBatchConfig of a run.batching.BatchConfig."""
     return MpkBatchConfig(
-        max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_batched_requests=cfg.max_num_batched_requests,
-        max_num_pages=cfg.max_num_pages, page_size=cfg.page_size, max_seq_length=cfg.max_seq_length,
-        total_num_requests=cfg.total_num_requests, max_pages_per_request=cfg.max_pages_per_request,
-        test_mode=int(cfg.test_mode), eos_token_id=cfg.eos_token_id)
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_num_batched_requests=cfg.max_num_batched_requests,
+        max_num_pages=cfg.max_num_pages,
+        page_size=cfg.page_size,
+        max_seq_length=cfg.max_seq_length,
+        total_num_requests=cfg.total_num_requests,
+        max_pages_per_request=cfg.max_pages_per_request,
+        test_mode=int(cfg.test_mode),
+        eos_token_id=cfg.eos_token_id,
+    )
 
 
-def pack_task(task: TaskInfo, layer: LayerInfo, pointers: Mapping[str, int], events: tuple[EventInfo, ...] | None = None,
-              extra: list[int] | None = None) -> bytes:
+def pack_task(
+    task: TaskInfo,
+    layer: LayerInfo,
+    pointers: Mapping[str, int],
+    events: tuple[EventInfo, ...] | None = None,
+    extra: list[int] | None = None,
+) -> bytes:
     """One task's 128-byte descriptor, its slices bound to the tensors' base addresses ``pointers``
     (name -> int). ``events`` None: no wait and no triggers (a task body launched alone); else
     further triggers are appended to ``extra``, flagged when their event has a single producer."""
@@ -168,7 +227,21 @@ def pack_task(task: TaskInfo, layer: LayerInfo, pointers: Mapping[str, int], eve
     outs = [pointers[s.tensor] + s.byte_offset for s in task.outputs]
     wait_count = 0 if wait is None or events is None else events[wait].trigger_count
     return TASK_DESC.pack(
-        task.variant, layer.opcode, len(triggers), flags, contract.NO_EVENT if wait is None else wait, wait_count,
-        triggers[0] if triggers else 0, begin, task.id, layer.id, *task.grid_idx, 0, *scalars,
-        *ins, *[0] * (contract.MAX_INPUTS - len(ins)), *outs, *[0] * (contract.MAX_OUTPUTS - len(outs)),
+        task.variant,
+        layer.opcode,
+        len(triggers),
+        flags,
+        contract.NO_EVENT if wait is None else wait,
+        wait_count,
+        triggers[0] if triggers else 0,
+        begin,
+        task.id,
+        layer.id,
+        *task.grid_idx,
+        0,
+        *scalars,
+        *ins,
+        *[0] * (contract.MAX_INPUTS - len(ins)),
+        *outs,
+        *[0] * (contract.MAX_OUTPUTS - len(outs)),
     )

@@ -23,19 +23,39 @@ def generate(variants: list[Variant], arch: str) -> str:
     out += [f'#include "tasks/{h}"' for h in headers]
     out += ["", "namespace mpk {", "", "enum TaskType : uint16_t {"]
     out += [f"  MPK_TASK_{s.name.upper()} = {s.opcode}," for s in specs]
-    out += ["};", "", "// The hungriest variant's dynamic shared memory sizes the kernel's.",
-            f"constexpr unsigned kDynamicSmemBytes = max_of({{{', '.join(['0u', *smem])}}});", "",
-            "inline char const *task_type_name(int opcode) {", "  switch (opcode) {"]
+    out += [
+        "};",
+        "",
+        "// The hungriest variant's dynamic shared memory sizes the kernel's.",
+        f"constexpr unsigned kDynamicSmemBytes = max_of({{{', '.join(['0u', *smem])}}});",
+        "",
+        "inline char const *task_type_name(int opcode) {",
+        "  switch (opcode) {",
+    ]
     out += [f'    case MPK_TASK_{s.name.upper()}: return "{s.name}";' for s in specs]
-    out += ["    default: return nullptr;", "  }", "}", "",
-            "__device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt) {",
-            "  switch (variant) {"]
+    out += [
+        "    default: return nullptr;",
+        "  }",
+        "}",
+        "",
+        "__device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt) {",
+        "  switch (variant) {",
+    ]
     for v in variants:
         out.append(f"    case {v.id}:  // {', '.join(v.layers[:4])}{' ...' if len(v.layers) > 4 else ''}")
         out.append(f"      {v.call}")
         out.append("      break;")
-    out += ["    default:", "      break;", "  }", "}", "", "}  // namespace mpk", "",
-            '#include "runtime/persistent_kernel.cuh"', ""]
+    out += [
+        "    default:",
+        "      break;",
+        "  }",
+        "}",
+        "",
+        "}  // namespace mpk",
+        "",
+        '#include "runtime/persistent_kernel.cuh"',
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -62,4 +82,3 @@ def module_name(variants: list[Variant]) -> str:
 
 def _short(arg) -> str:
     return {"__nv_bfloat16": "bf16", "__half": "fp16", "float": "fp32", "true": "t", "false": "f"}.get(str(arg), str(arg))
-

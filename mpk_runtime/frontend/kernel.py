@@ -53,8 +53,9 @@ class PersistentKernel:
         self.build_result: BuildResult | None = None
 
     @classmethod
-    def from_artifacts(cls, output_dir: str | Path, tensors: dict[str, torch.Tensor], rank: int = 0,
-                       **overrides: Any) -> PersistentKernel:
+    def from_artifacts(
+        cls, output_dir: str | Path, tensors: dict[str, torch.Tensor], rank: int = 0, **overrides: Any
+    ) -> PersistentKernel:
         """A kernel for a directory written by ``compile(output_dir=...)``, for replaying it: its
         ``test_rank{r}.cu`` is built as it is now (an edited file is rebuilt, an unchanged one comes
         from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
@@ -154,8 +155,9 @@ class PersistentKernel:
         batch = meta.batch_config(p, self.meta_tensors)
         if self.backend == "gpu":
             launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
-            self._runner = GpuKernel(module, graph, self._tensors(), self.meta_tensors, launch, batch, self.device,
-                                     self.block_dim[0], self._profiler)
+            self._runner = GpuKernel(
+                module, graph, self._tensors(), self.meta_tensors, launch, batch, self.device, self.block_dim[0], self._profiler
+            )
         elif self.backend == "emulated":
             self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
         self._compiled = graph  # compiled: only now, so a failed compile leaves nothing half-set
@@ -168,10 +170,11 @@ class PersistentKernel:
         if self._compiled is None:
             raise StateError("call compile() before running the kernel")
         if self._runner is None:
-            raise StateError(f"this kernel was built with compile_only=True for {self.arch}; it cannot run. Build it "
-                             f"without compile_only on a GPU, or with emulate=True to run it on the CPU emulator")
-        gpu_stream = default_stream or (torch.cuda.current_stream(self.device) if self.backend == "gpu" else None)
-        self._runner.launch(gpu_stream)
+            raise StateError(
+                f"this kernel was built with compile_only=True for {self.arch}; it cannot run. Build it "
+                f"without compile_only on a GPU, or with emulate=True to run it on the CPU emulator"
+            )
+        self._runner.launch(default_stream)
         self._profile_pending = self._profiler is not None
 
     def compile_task_bodies(self):
@@ -183,8 +186,14 @@ class PersistentKernel:
             raise StateError("compile_task_bodies(): call compile() first")
         if self.backend != "gpu":
             raise StateError(f"compile_task_bodies(): task bodies run on the GPU; this kernel is {self.backend}")
-        return TaskBodies(self._compiled, self._tensors(), self.meta_tensors,
-                          meta.batch_config(self._p, self.meta_tensors), self.arch, self.device)
+        return TaskBodies(
+            self._compiled,
+            self._tensors(),
+            self.meta_tensors,
+            meta.batch_config(self._p, self.meta_tensors),
+            self.arch,
+            self.device,
+        )
 
     def write_profile(self, trace_name: str | Path | None = None) -> dict[str, Path]:
         """Write ``<trace_name>.perfetto-trace`` and ``<trace_name>.csv`` from the last profiled launch
@@ -195,8 +204,13 @@ class PersistentKernel:
             raise StateError("write_profile(): pass params['profiler_tensor'] (uint64, on the GPU) to record a profile")
         self._runner.harvest(timeout_ms=-1)
         self._profile_pending = False
-        self.profile_paths = write_profile(self._profiler, self.compiled_graph, self._p.num_workers,
-                                           self._p.num_local_schedulers, trace_name or self._p.trace_name)
+        self.profile_paths = write_profile(
+            self._profiler,
+            self.compiled_graph,
+            self._p.num_workers,
+            self._p.num_local_schedulers,
+            trace_name or self._p.trace_name,
+        )
         return self.profile_paths
 
     def synchronize(self, timeout: float | None = None) -> None:

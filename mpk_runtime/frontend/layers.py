@@ -12,8 +12,9 @@ from ..tasks.partition import Arg
 from ..tasks.spec import TaskSpec
 
 
-def add_layer(graph: TaskGraph, spec: TaskSpec, kwargs: dict[str, Any], block_dim: tuple[int, int, int], arch: str,
-              compiled: bool) -> None:
+def add_layer(
+    graph: TaskGraph, spec: TaskSpec, kwargs: dict[str, Any], block_dim: tuple[int, int, int], arch: str, compiled: bool
+) -> None:
     """Validate one layer call (grid, block, tensors, the spec's own checks) and add it to ``graph``."""
     where = f"{spec.layer_method}()"
     if compiled:

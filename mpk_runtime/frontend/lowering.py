@@ -37,5 +37,7 @@ def check_attachable(tensor: object, name: str, p: KernelParams, device: torch.d
         where = "the CPU emulator computes on" if p.emulate else "the kernel runs on"
         raise DeviceError(f"tensor {name!r} is on {tensor.device}, but {where} {device}; pass tensor.to('{device}')")
     if tensor.device.type == "cuda" and tensor.data_ptr() % ALIGNMENT:
-        raise LayoutError(f"tensor {name!r} starts at an address that is not {ALIGNMENT}-byte aligned (a view with "
-                          f"an offset?); pass tensor.clone()")
+        raise LayoutError(
+            f"tensor {name!r} starts at an address that is not {ALIGNMENT}-byte aligned (a view with "
+            f"an offset?); pass tensor.clone()"
+        )

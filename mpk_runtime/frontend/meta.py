@@ -78,8 +78,9 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             raise MetaTensorError(f"unknown meta tensor {name!r}; {hint}")
     requests = total_num_requests(overrides)
     if requests < 1:
-        raise MetaTensorError("the meta tensors describe 0 requests (tokens / prompt_lengths have no rows); "
-                              "give at least one request")
+        raise MetaTensorError(
+            "the meta tensors describe 0 requests (tokens / prompt_lengths have no rows); give at least one request"
+        )
     meta = {}
     for name, (shape, dtype) in expected(p, requests).items():
         t = overrides.get(name)
@@ -92,8 +93,7 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             raise MetaTensorError(f"meta tensor {name!r} has dtype {t.dtype}; it must be {dtype}: pass t.to({dtype})")
         if tuple(t.shape) != shape:
             raise MetaTensorError(
-                f"meta tensor {name!r} has shape {tuple(t.shape)}; with these parameters it must be {shape} "
-                f"({_shape_rule(name)})"
+                f"meta tensor {name!r} has shape {tuple(t.shape)}; with these parameters it must be {shape} ({_shape_rule(name)})"
             )
         if not t.is_contiguous():
             raise MetaTensorError(f"meta tensor {name!r} is not contiguous; pass t.contiguous()")

@@ -84,8 +84,15 @@ def parse(params: dict[str, Any]) -> KernelParams:
 
     if p["mode"] not in MODES:
         raise ConfigError(f"mode={p['mode']!r} is not supported; use mode='offline'")
-    for name in ("world_size", "num_workers", "max_num_batched_tokens", "max_num_batched_requests",
-                 "max_num_pages", "page_size", "max_seq_length"):
+    for name in (
+        "world_size",
+        "num_workers",
+        "max_num_batched_tokens",
+        "max_num_batched_requests",
+        "max_num_pages",
+        "page_size",
+        "max_seq_length",
+    ):
         _positive_int(name, p[name])
     _positive_int("num_local_schedulers", p["num_local_schedulers"], MAX_SCHEDULERS)
     rank = p["mpi_rank"]
@@ -115,13 +122,25 @@ def parse(params: dict[str, Any]) -> KernelParams:
     if not isinstance(trace, str) or not trace:
         raise ConfigError(f"trace_name={p['trace_name']!r} must be a non-empty string")
     return KernelParams(
-        mode=p["mode"], world_size=p["world_size"], mpi_rank=rank, num_workers=p["num_workers"],
-        num_local_schedulers=p["num_local_schedulers"], max_num_batched_tokens=p["max_num_batched_tokens"],
-        max_num_batched_requests=p["max_num_batched_requests"], max_num_pages=p["max_num_pages"],
-        page_size=p["page_size"], max_seq_length=p["max_seq_length"], eos_token_id=p["eos_token_id"],
-        trace_name=trace, test_mode=p["test_mode"], target_cc=p["target_cc"], compile_only=p["compile_only"],
+        mode=p["mode"],
+        world_size=p["world_size"],
+        mpi_rank=rank,
+        num_workers=p["num_workers"],
+        num_local_schedulers=p["num_local_schedulers"],
+        max_num_batched_tokens=p["max_num_batched_tokens"],
+        max_num_batched_requests=p["max_num_batched_requests"],
+        max_num_pages=p["max_num_pages"],
+        page_size=p["page_size"],
+        max_seq_length=p["max_seq_length"],
+        eos_token_id=p["eos_token_id"],
+        trace_name=trace,
+        test_mode=p["test_mode"],
+        target_cc=p["target_cc"],
+        compile_only=p["compile_only"],
         emulate=p["emulate"],
-        watchdog_timeout=float(t), placement=p["placement"], meta_tensors=dict(p["meta_tensors"]),
+        watchdog_timeout=float(t),
+        placement=p["placement"],
+        meta_tensors=dict(p["meta_tensors"]),
         profiler_tensor=p["profiler_tensor"],
     )
 

@@ -23,5 +23,18 @@ from .task_graph import Layer, Task, TaskGraph, check_grid
 from .tensors import DTensor, Region, TensorSlice
 from .variants import Variant, collect_variants
 
-__all__ = ["CompiledGraph", "DTensor", "Layer", "Region", "Schedule", "Task", "TaskGraph", "TensorSlice", "Variant",
-           "build_compiled", "build_schedule", "check_grid", "collect_variants"]
+__all__ = [
+    "CompiledGraph",
+    "DTensor",
+    "Layer",
+    "Region",
+    "Schedule",
+    "Task",
+    "TaskGraph",
+    "TensorSlice",
+    "Variant",
+    "build_compiled",
+    "build_schedule",
+    "check_grid",
+    "collect_variants",
+]

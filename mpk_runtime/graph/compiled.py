@@ -138,34 +138,63 @@ class CompiledGraph:
 
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "version": FORMAT_VERSION, "arch": self.arch, "rank": self.rank,
-            "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "kind": t.kind,
-                         "direction": t.direction} for t in self.tensors],
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "arch": self.arch,
+            "rank": self.rank,
+            "tensors": [
+                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "kind": t.kind, "direction": t.direction}
+                for t in self.tensors
+            ],
             "layers": [
-                {"id": l.id, "name": l.name, "task": l.task, "opcode": l.opcode, "grid": list(l.grid),
-                 "values": l.values, "template_args": list(l.template_args),
-                 "scalars": [{"i": s.value} if s.is_int else {"f": s.value} for s in l.scalars],
-                 "first_task": l.first_task, "num_tasks": l.num_tasks,
-                 "args": [{"name": a.name, "tensor": a.tensor, "partition": a.partition, "direction": a.direction}
-                          for a in l.args]}
+                {
+                    "id": l.id,
+                    "name": l.name,
+                    "task": l.task,
+                    "opcode": l.opcode,
+                    "grid": list(l.grid),
+                    "values": l.values,
+                    "template_args": list(l.template_args),
+                    "scalars": [{"i": s.value} if s.is_int else {"f": s.value} for s in l.scalars],
+                    "first_task": l.first_task,
+                    "num_tasks": l.num_tasks,
+                    "args": [
+                        {"name": a.name, "tensor": a.tensor, "partition": a.partition, "direction": a.direction} for a in l.args
+                    ],
+                }
                 for l in self.layers
             ],
-            "variants": [{"id": v.id, "task": v.task, "call": v.call, "smem": v.smem, "layers": list(v.layers)}
-                         for v in self.variants],
+            "variants": [
+                {"id": v.id, "task": v.task, "call": v.call, "smem": v.smem, "layers": list(v.layers)} for v in self.variants
+            ],
             "tasks": [
-                {"id": t.id, "label": t.label, "layer": t.layer, "variant": t.variant, "grid_idx": list(t.grid_idx),
-                 "inputs": [_slice_json(s) for s in t.inputs], "outputs": [_slice_json(s) for s in t.outputs],
-                 "deps": [{"task": d, "hazard": h} for d, h in t.deps], "worker": t.worker,
-                 "wait_event": t.wait_event, "triggers": list(t.triggers)}
+                {
+                    "id": t.id,
+                    "label": t.label,
+                    "layer": t.layer,
+                    "variant": t.variant,
+                    "grid_idx": list(t.grid_idx),
+                    "inputs": [_slice_json(s) for s in t.inputs],
+                    "outputs": [_slice_json(s) for s in t.outputs],
+                    "deps": [{"task": d, "hazard": h} for d, h in t.deps],
+                    "worker": t.worker,
+                    "wait_event": t.wait_event,
+                    "triggers": list(t.triggers),
+                }
                 for t in self.tasks
             ],
             "schedule": {
-                "policy": self.schedule.policy, "num_workers": self.schedule.num_workers,
+                "policy": self.schedule.policy,
+                "num_workers": self.schedule.num_workers,
                 "queues": [list(q) for q in self.schedule.queues],
-                "end_of_task_graph": {"counts": "one increment per worker with a non-empty queue, per iteration",
-                                      "trigger_count": self.schedule.end_trigger_count},
-                "events": [{"id": e.id, "trigger_count": e.trigger_count, "producers": list(e.producers),
-                            "consumers": list(e.consumers)} for e in self.schedule.events],
+                "end_of_task_graph": {
+                    "counts": "one increment per worker with a non-empty queue, per iteration",
+                    "trigger_count": self.schedule.end_trigger_count,
+                },
+                "events": [
+                    {"id": e.id, "trigger_count": e.trigger_count, "producers": list(e.producers), "consumers": list(e.consumers)}
+                    for e in self.schedule.events
+                ],
             },
         }
 
@@ -181,15 +210,25 @@ def _slice_json(s: SliceRef) -> dict:
     return {"tensor": s.tensor, "lo": list(s.lo), "hi": list(s.hi), "byte_offset": s.byte_offset}
 
 
-def build_compiled(graph: TaskGraph, schedule: Schedule, variants: list[Variant], variant_of_layer: dict[int, int],
-                   arch: str, rank: int) -> CompiledGraph:
+def build_compiled(
+    graph: TaskGraph, schedule: Schedule, variants: list[Variant], variant_of_layer: dict[int, int], arch: str, rank: int
+) -> CompiledGraph:
     """The typed compiled graph of a scheduled TaskGraph."""
     tensors = tuple(TensorInfo(t.name, t.shape, t.dtype.short, t.kind, t.direction) for t in graph.tensors.values())
     layers = tuple(
-        LayerInfo(l.id, l.name, l.spec.name, l.spec.opcode, l.grid, dict(l.values), tuple(str(a) for a in l.template_args),
-                  tuple(Scalar(v, isinstance(v, int)) for v in l.scalars), l.first_task, l.num_tasks,
-                  tuple(ArgInfo(a.name, a.tensor.name, a.partition.describe(), "OUT" if a.writes else "IN")
-                        for a in l.args))
+        LayerInfo(
+            l.id,
+            l.name,
+            l.spec.name,
+            l.spec.opcode,
+            l.grid,
+            dict(l.values),
+            tuple(str(a) for a in l.template_args),
+            tuple(Scalar(v, isinstance(v, int)) for v in l.scalars),
+            l.first_task,
+            l.num_tasks,
+            tuple(ArgInfo(a.name, a.tensor.name, a.partition.describe(), "OUT" if a.writes else "IN") for a in l.args),
+        )
         for l in graph.layers
     )
     variant_infos = tuple(VariantInfo(v.id, v.spec.name, v.call, v.smem, tuple(v.layers)) for v in variants)
@@ -198,12 +237,27 @@ def build_compiled(graph: TaskGraph, schedule: Schedule, variants: list[Variant]
         return SliceRef(s.tensor.name, s.region.lo, s.region.hi, s.byte_offset)
 
     tasks = tuple(
-        TaskInfo(t.id, t.label, t.layer.id, variant_of_layer[t.layer.id], t.grid_idx,
-                 tuple(ref(s) for s in t.reads), tuple(ref(s) for s in t.writes), tuple(sorted(t.deps.items())),
-                 schedule.worker_of[t.id], schedule.wait_event[t.id], tuple(schedule.triggers[t.id]))
+        TaskInfo(
+            t.id,
+            t.label,
+            t.layer.id,
+            variant_of_layer[t.layer.id],
+            t.grid_idx,
+            tuple(ref(s) for s in t.reads),
+            tuple(ref(s) for s in t.writes),
+            tuple(sorted(t.deps.items())),
+            schedule.worker_of[t.id],
+            schedule.wait_event[t.id],
+            tuple(schedule.triggers[t.id]),
+        )
         for t in graph.tasks
     )
     events = tuple(EventInfo(e.id, e.trigger_count, tuple(e.producers), tuple(e.consumers)) for e in schedule.events)
-    info = ScheduleInfo(schedule.policy, schedule.num_workers, tuple(tuple(q) for q in schedule.queues),
-                        sum(1 for q in schedule.queues if q), events)
+    info = ScheduleInfo(
+        schedule.policy,
+        schedule.num_workers,
+        tuple(tuple(q) for q in schedule.queues),
+        sum(1 for q in schedule.queues if q),
+        events,
+    )
     return CompiledGraph(arch, rank, tensors, layers, variant_infos, tasks, info)

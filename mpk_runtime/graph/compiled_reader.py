@@ -50,7 +50,7 @@ class _Field:
             raise self.fail(f"expected a list, got {type(self.value).__name__}")
         return [_Field(v, f"{self.path}[{i}]", self.where) for i, v in enumerate(self.value)]
 
-    def int(self, lo: int | None = 0, hi: int | None = None) -> int:
+    def as_int(self, lo: int | None = 0, hi: int | None = None) -> int:
         v = self.value
         if not isinstance(v, int) or isinstance(v, bool) or (lo is not None and v < lo) or (hi is not None and v >= hi):
             bound = f" in [{lo}, {hi})" if hi is not None else (f" >= {lo}" if lo is not None else "")
@@ -58,23 +58,23 @@ class _Field:
         return v
 
     def opt_int(self, lo: int = 0, hi: int | None = None) -> int | None:
-        return None if self.value is None else self.int(lo, hi)
+        return None if self.value is None else self.as_int(lo, hi)
 
-    def str(self) -> str:
+    def as_str(self) -> str:
         if not isinstance(self.value, str):
             raise self.fail(f"expected a string, got {self.value!r}")
         return self.value
 
     def opt_str(self) -> str | None:
-        return None if self.value is None else self.str()
+        return None if self.value is None else self.as_str()
 
     def ints(self, lo: int | None = 0, hi: int | None = None) -> tuple[int, ...]:
-        return tuple(f.int(lo, hi) for f in self.items())
+        return tuple(f.as_int(lo, hi) for f in self.items())
 
     def strs(self) -> tuple[str, ...]:
-        return tuple(f.str() for f in self.items())
+        return tuple(f.as_str() for f in self.items())
 
-    def dict(self) -> dict:
+    def as_dict(self) -> dict:
         if not isinstance(self.value, dict):
             raise self.fail(f"expected an object, got {type(self.value).__name__}")
         return dict(self.value)
@@ -83,20 +83,23 @@ class _Field:
 def read_compiled(data: Any, where: str) -> CompiledGraph:
     doc = _Field(data, "", where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise GraphError(f"{where}: not a task graph (expected \"format\": \"{FORMAT}\", as compile(output_dir=...) "
-                         f"writes in task_graph_rank{{r}}.json)")
+        raise GraphError(
+            f'{where}: not a task graph (expected "format": "{FORMAT}", as compile(output_dir=...) '
+            f"writes in task_graph_rank{{r}}.json)"
+        )
     tensors = tuple(_tensor(f) for f in doc["tensors"].items())
     names = {t.name for t in tensors}
     layers = tuple(_layer(f, i, names) for i, f in enumerate(doc["layers"].items()))
     variants = tuple(_variant(f, i) for i, f in enumerate(doc["variants"].items()))
     sched = doc["schedule"]
-    num_workers = sched["num_workers"].int(1)
+    num_workers = sched["num_workers"].as_int(1)
     queues = tuple(q.ints() for q in sched["queues"].items())
     if len(queues) != num_workers:
         raise sched["queues"].fail(f"{len(queues)} queues for num_workers={num_workers}")
     events = tuple(_event(f, i) for i, f in enumerate(sched["events"].items()))
-    tasks = tuple(_task(f, i, len(layers), len(variants), num_workers, len(events), names)
-                  for i, f in enumerate(doc["tasks"].items()))
+    tasks = tuple(
+        _task(f, i, len(layers), len(variants), num_workers, len(events), names) for i, f in enumerate(doc["tasks"].items())
+    )
     n = len(tasks)
     queued = sorted(t for q in queues for t in q)
     if queued != list(range(n)):
@@ -113,82 +116,102 @@ def read_compiled(data: Any, where: str) -> CompiledGraph:
         bad = [d for d, _ in t.deps if d >= t.id]
         if bad:
             raise doc["tasks"][t.id]["deps"].fail(f"depends on tasks {bad}, which do not come before it")
-    end = sched.get("end_of_task_graph", {}).get("trigger_count", sum(1 for q in queues if q)).int(0)
-    schedule = ScheduleInfo(sched.get("policy", "locality").str(), num_workers, queues, end, events)
-    return CompiledGraph(doc.get("arch", "sm90").str(), doc.get("rank", 0).int(), tensors, layers, variants, tasks,
-                         schedule)
+    end = sched.get("end_of_task_graph", {}).get("trigger_count", sum(1 for q in queues if q)).as_int(0)
+    schedule = ScheduleInfo(sched.get("policy", "locality").as_str(), num_workers, queues, end, events)
+    return CompiledGraph(
+        doc.get("arch", "sm90").as_str(), doc.get("rank", 0).as_int(), tensors, layers, variants, tasks, schedule
+    )
 
 
 def _tensor(f: _Field) -> TensorInfo:
-    direction = f["direction"].str()
+    direction = f["direction"].as_str()
     if direction not in ("IN", "OUT", "INOUT"):
         raise f["direction"].fail(f"expected IN, OUT or INOUT, got {direction!r}")
-    return TensorInfo(f["name"].str(), f["shape"].ints(1), f["dtype"].str(), f.get("kind", "attached").str(), direction)
+    return TensorInfo(f["name"].as_str(), f["shape"].ints(1), f["dtype"].as_str(), f.get("kind", "attached").as_str(), direction)
 
 
 def _layer(f: _Field, index: int, tensors: set[str]) -> LayerInfo:
-    if f["id"].int() != index:
+    if f["id"].as_int() != index:
         raise f["id"].fail(f"layer ids must be 0, 1, ... in order; expected {index}")
     grid = f["grid"].ints(1)
     if len(grid) != 3:
         raise f["grid"].fail(f"expected three integers, got {list(grid)}")
     scalars = []
     for s in f["scalars"].items():
-        v = s.dict()
+        v = s.as_dict()
         if "i" in v:
-            scalars.append(Scalar(s["i"].int(None), True))
+            scalars.append(Scalar(s["i"].as_int(None), True))
         elif "f" in v and isinstance(v["f"], (int, float)):
             scalars.append(Scalar(float(v["f"]), False))
         else:
-            raise s.fail(f"expected {{\"i\": int}} or {{\"f\": float}}, got {v!r}")
+            raise s.fail(f'expected {{"i": int}} or {{"f": float}}, got {v!r}')
     args = []
     for a in f["args"].items():
-        tensor = a["tensor"].str()
+        tensor = a["tensor"].as_str()
         if tensor not in tensors:
             raise a["tensor"].fail(f"names tensor {tensor!r}, which the graph does not list")
-        args.append(ArgInfo(a["name"].str(), tensor, a.get("partition", "").str(), a["direction"].str()))
-    return LayerInfo(index, f["name"].str(), f["task"].str(), f["opcode"].int(), (grid[0], grid[1], grid[2]),
-                     f.get("values", {}).dict(), f.get("template_args", []).strs(), tuple(scalars),
-                     f["first_task"].int(), f["num_tasks"].int(), tuple(args))
+        args.append(ArgInfo(a["name"].as_str(), tensor, a.get("partition", "").as_str(), a["direction"].as_str()))
+    return LayerInfo(
+        index,
+        f["name"].as_str(),
+        f["task"].as_str(),
+        f["opcode"].as_int(),
+        (grid[0], grid[1], grid[2]),
+        f.get("values", {}).as_dict(),
+        f.get("template_args", []).strs(),
+        tuple(scalars),
+        f["first_task"].as_int(),
+        f["num_tasks"].as_int(),
+        tuple(args),
+    )
 
 
 def _variant(f: _Field, index: int) -> VariantInfo:
-    if f["id"].int() != index:
+    if f["id"].as_int() != index:
         raise f["id"].fail(f"variant ids must be 0, 1, ... in order; expected {index}")
-    return VariantInfo(index, f["task"].str(), f["call"].str(), f.get("smem", None).opt_str(), f.get("layers", []).strs())
+    return VariantInfo(index, f["task"].as_str(), f["call"].as_str(), f.get("smem", None).opt_str(), f.get("layers", []).strs())
 
 
 def _slice(f: _Field, tensors: set[str]) -> SliceRef:
-    tensor = f["tensor"].str()
+    tensor = f["tensor"].as_str()
     if tensor not in tensors:
         raise f["tensor"].fail(f"names tensor {tensor!r}, which the graph does not list")
     lo, hi = f["lo"].ints(), f["hi"].ints()
     if len(lo) != len(hi) or any(b < a for a, b in zip(lo, hi)):
         raise f.fail(f"lo={list(lo)} and hi={list(hi)} are not a box")
-    return SliceRef(tensor, lo, hi, f["byte_offset"].int())
+    return SliceRef(tensor, lo, hi, f["byte_offset"].as_int())
 
 
-def _task(f: _Field, index: int, num_layers: int, num_variants: int, num_workers: int, num_events: int,
-          tensors: set[str]) -> TaskInfo:
-    if f["id"].int() != index:
+def _task(
+    f: _Field, index: int, num_layers: int, num_variants: int, num_workers: int, num_events: int, tensors: set[str]
+) -> TaskInfo:
+    if f["id"].as_int() != index:
         raise f["id"].fail(f"task ids must be 0, 1, ... in order; expected {index}")
     grid_idx = f["grid_idx"].ints()
     if len(grid_idx) != 3:
         raise f["grid_idx"].fail(f"expected three integers, got {list(grid_idx)}")
     deps = []
     for d in f["deps"].items():
-        hazard = d["hazard"].str()
+        hazard = d["hazard"].as_str()
         if hazard not in ("raw", "war", "waw"):
             raise d["hazard"].fail(f"expected raw, war or waw, got {hazard!r}")
-        deps.append((d["task"].int(), hazard))
-    return TaskInfo(index, f["label"].str(), f["layer"].int(0, num_layers), f["variant"].int(0, num_variants),
-                    (grid_idx[0], grid_idx[1], grid_idx[2]), tuple(_slice(s, tensors) for s in f["inputs"].items()),
-                    tuple(_slice(s, tensors) for s in f["outputs"].items()), tuple(deps),
-                    f["worker"].int(0, num_workers), f["wait_event"].opt_int(0, num_events),
-                    f["triggers"].ints(0, num_events))
+        deps.append((d["task"].as_int(), hazard))
+    return TaskInfo(
+        index,
+        f["label"].as_str(),
+        f["layer"].as_int(0, num_layers),
+        f["variant"].as_int(0, num_variants),
+        (grid_idx[0], grid_idx[1], grid_idx[2]),
+        tuple(_slice(s, tensors) for s in f["inputs"].items()),
+        tuple(_slice(s, tensors) for s in f["outputs"].items()),
+        tuple(deps),
+        f["worker"].as_int(0, num_workers),
+        f["wait_event"].opt_int(0, num_events),
+        f["triggers"].ints(0, num_events),
+    )
 
 
 def _event(f: _Field, index: int) -> EventInfo:
-    if f["id"].int() != index:
+    if f["id"].as_int() != index:
         raise f["id"].fail(f"event ids must be 0, 1, ... in order; expected {index}")
-    return EventInfo(index, f["trigger_count"].int(1), f["producers"].ints(), f.get("consumers", []).ints())
+    return EventInfo(index, f["trigger_count"].as_int(1), f["producers"].ints(), f.get("consumers", []).ints())

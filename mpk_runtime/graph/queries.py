@@ -47,9 +47,14 @@ def summary(g: CompiledGraph, path: str) -> dict:
     events = g.schedule.events
     path_ids = critical_path(g)
     return {
-        "file": path, "arch": g.arch, "rank": g.rank,
-        "policy": g.schedule.policy, "num_workers": g.schedule.num_workers,
-        "tasks": len(g.tasks), "layers": len(g.layers), "events": len(events),
+        "file": path,
+        "arch": g.arch,
+        "rank": g.rank,
+        "policy": g.schedule.policy,
+        "num_workers": g.schedule.num_workers,
+        "tasks": len(g.tasks),
+        "layers": len(g.layers),
+        "events": len(events),
         "tasks_by_type": dict(Counter(g.layers[t.layer].task for t in g.tasks)),
         "tasks_by_layer": dict(Counter(g.layers[t.layer].name for t in g.tasks)),
         "tasks_by_worker": {str(w): n for w, n in sorted(Counter(t.worker for t in g.tasks).items())},
@@ -64,8 +69,7 @@ def summary(g: CompiledGraph, path: str) -> dict:
 def event(g: CompiledGraph, n: int) -> EventInfo:
     events = g.schedule.events
     if not 0 <= n < len(events):
-        raise GraphError(f"no event {n}; this graph has {len(events)} events"
-                         f"{f' (ids 0..{len(events) - 1})' if events else ''}")
+        raise GraphError(f"no event {n}; this graph has {len(events)} events{f' (ids 0..{len(events) - 1})' if events else ''}")
     return events[n]
 
 
@@ -88,21 +92,33 @@ def task_detail(g: CompiledGraph, n: int) -> dict:
         e = event(g, t.wait_event)
         wait = {"event": e.id, "trigger_count": e.trigger_count, "producers": list(e.producers)}
     return {
-        "id": n, "label": t.label, "layer": layer.name, "task_type": layer.task, "opcode": layer.opcode,
-        "grid_idx": list(t.grid_idx), "worker": t.worker, "queue_position": g.schedule.queues[t.worker].index(n),
+        "id": n,
+        "label": t.label,
+        "layer": layer.name,
+        "task_type": layer.task,
+        "opcode": layer.opcode,
+        "grid_idx": list(t.grid_idx),
+        "worker": t.worker,
+        "queue_position": g.schedule.queues[t.worker].index(n),
         "wait_event": wait,
         "deps": [_ref(g, d, hazard=h) for d, h in t.deps],
         "dependents": [_ref(g, u, hazard=h) for u, h in dependents(g)[n]],
-        "triggers": [{"event": e, "trigger_count": event(g, e).trigger_count, "consumers": list(event(g, e).consumers)}
-                     for e in t.triggers],
-        "inputs": _slices(t.inputs), "outputs": _slices(t.outputs),
+        "triggers": [
+            {"event": e, "trigger_count": event(g, e).trigger_count, "consumers": list(event(g, e).consumers)} for e in t.triggers
+        ],
+        "inputs": _slices(t.inputs),
+        "outputs": _slices(t.outputs),
     }
 
 
 def event_detail(g: CompiledGraph, n: int) -> dict:
     e = event(g, n)
-    return {"id": n, "trigger_count": e.trigger_count,
-            "producers": [_ref(g, i) for i in e.producers], "consumers": [_ref(g, i) for i in e.consumers]}
+    return {
+        "id": n,
+        "trigger_count": e.trigger_count,
+        "producers": [_ref(g, i) for i in e.producers],
+        "consumers": [_ref(g, i) for i in e.consumers],
+    }
 
 
 def _quote(*lines: str) -> str:

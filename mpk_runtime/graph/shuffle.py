@@ -18,8 +18,10 @@ def shuffle(tensors: list[torch.Tensor], shuffled_dim: int, num_groups: int) -> 
     first = tensors[0]
     for t in tensors[1:]:
         if t.shape != first.shape or t.dtype != first.dtype or t.device != first.device:
-            raise ShapeError(f"shuffle_tensors: inputs must share shape, dtype and device; got "
-                             f"{[(tuple(x.shape), str(x.dtype), str(x.device)) for x in tensors]}")
+            raise ShapeError(
+                f"shuffle_tensors: inputs must share shape, dtype and device; got "
+                f"{[(tuple(x.shape), str(x.dtype), str(x.device)) for x in tensors]}"
+            )
     if not 0 <= shuffled_dim < first.dim():
         raise ShapeError(f"shuffle_tensors: shuffled_dim={shuffled_dim} is not a dimension of shape {tuple(first.shape)}")
     size = first.shape[shuffled_dim]

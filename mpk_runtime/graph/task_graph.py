@@ -74,8 +74,7 @@ class TaskGraph:
         return t
 
     def add_intermediate(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
-        if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
-                                                          for d in dims):
+        if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
             raise GraphError(f"new_tensor {name!r}: dims={dims!r} must be positive integers")
         return self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device=device), name, "intermediate")
 
@@ -90,8 +89,12 @@ class TaskGraph:
         computed now and recorded so that replays recompute it."""
         owned = [self.own(t, f"inputs[{i}]", "shuffle_tensors()") for i, t in enumerate(inputs)]
         t = self.add_tensor(shuffle([t.data for t in owned], shuffled_dim, num_groups), name, "derived")
-        t.derived_from = {"op": "shuffle_tensors", "inputs": [x.name for x in owned], "shuffled_dim": shuffled_dim,
-                          "num_groups": num_groups}
+        t.derived_from = {
+            "op": "shuffle_tensors",
+            "inputs": [x.name for x in owned],
+            "shuffled_dim": shuffled_dim,
+            "num_groups": num_groups,
+        }
         return t
 
     def own(self, value: Any, arg: str, layer: str) -> DTensor:
@@ -157,8 +160,7 @@ def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], ar
             used.add(axis)
             if dim >= a.tensor.num_dims:
                 raise GridError(
-                    f"{layer}: {spec.name} splits dim {dim} of {a.name!r}, but {a.tensor!r} has only "
-                    f"{a.tensor.num_dims} dims"
+                    f"{layer}: {spec.name} splits dim {dim} of {a.name!r}, but {a.tensor!r} has only {a.tensor.num_dims} dims"
                 )
             g = grid[GRID_AXES.index(axis)]
             size = a.tensor.shape[dim]
@@ -204,7 +206,5 @@ def check_grid(grid_dim: Any, layer: str) -> tuple[int, int, int]:
         and all(isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= MAX_GRID for g in grid_dim)
     )
     if not ok:
-        raise GridError(
-            f"{layer}: grid_dim={grid_dim!r} must be three integers in [1, {MAX_GRID}], e.g. grid_dim=(16, 1, 1)"
-        )
-    return tuple(grid_dim)  # type: ignore[return-value]
+        raise GridError(f"{layer}: grid_dim={grid_dim!r} must be three integers in [1, {MAX_GRID}], e.g. grid_dim=(16, 1, 1)")
+    return (grid_dim[0], grid_dim[1], grid_dim[2])

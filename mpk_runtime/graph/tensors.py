@@ -72,9 +72,7 @@ def check_new_tensor(data: object, name: object, known: dict[str, DTensor]) -> N
     if not isinstance(name, str) or not name:
         raise GraphError(f"tensor name must be a non-empty string, got {name!r}")
     if name in known:
-        raise NameConflictError(
-            f"a tensor named {name!r} is already attached ({known[name]!r}); give each tensor a unique name"
-        )
+        raise NameConflictError(f"a tensor named {name!r} is already attached ({known[name]!r}); give each tensor a unique name")
     if not isinstance(data, torch.Tensor):
         raise GraphError(f"tensor {name!r} must be a torch.Tensor, got {type(data).__name__}")
     if not data.is_contiguous():

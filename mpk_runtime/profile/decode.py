@@ -99,9 +99,11 @@ class Profile:
         full = [f"{self.recorder(i)}: {n}" for i, n in enumerate(self.dropped_by_region) if n]
         where = ", ".join(full[:4]) + (f" and {len(full) - 4} more recorders" if len(full) > 4 else "")
         fix = "; give a larger profiler_tensor" if self.dropped else ""
-        return (f"incomplete profile: {self.dropped} records dropped because the profiler buffer was full"
-                f"{f' ({where})' if where else ''}, {len(self.dangling)} dangling begin/end records left "
-                f"unpaired{fix}")
+        return (
+            f"incomplete profile: {self.dropped} records dropped because the profiler buffer was full"
+            f"{f' ({where})' if where else ''}, {len(self.dangling)} dangling begin/end records left "
+            f"unpaired{fix}"
+        )
 
 
 def decode(buffer: Any, num_workers: int, num_schedulers: int) -> Profile:
@@ -112,9 +114,11 @@ def decode(buffer: Any, num_workers: int, num_schedulers: int) -> Profile:
     recorders = num_workers + num_schedulers
     size = len(words) // recorders
     if size < 1 + RECORD_WORDS:
-        raise ProfileError(f"a profiler buffer of {len(words)} entries cannot hold one record for each of {recorders} "
-                           f"recorders ({num_workers} workers + {num_schedulers} schedulers); give at least "
-                           f"{recorders * (1 + RECORD_WORDS)} entries")
+        raise ProfileError(
+            f"a profiler buffer of {len(words)} entries cannot hold one record for each of {recorders} "
+            f"recorders ({num_workers} workers + {num_schedulers} schedulers); give at least "
+            f"{recorders * (1 + RECORD_WORDS)} entries"
+        )
     fits = (size - 1) // RECORD_WORDS
     tasks: list[TaskSpan] = []
     prepare: list[PrepareSpan] = []
@@ -133,14 +137,21 @@ def decode(buffer: Any, num_workers: int, num_schedulers: int) -> Profile:
 def _words(buffer: Any) -> list[int]:
     if hasattr(buffer, "dtype") and hasattr(buffer, "dim"):  # a torch tensor; torch is not imported for lists
         if buffer.dim() != 1 or str(buffer.dtype) not in ("torch.uint64", "torch.int64"):
-            raise ProfileError(f"the profiler buffer must be a 1-D uint64 tensor, got {buffer.dtype} of shape "
-                               f"{tuple(buffer.shape)}")
+            raise ProfileError(
+                f"the profiler buffer must be a 1-D uint64 tensor, got {buffer.dtype} of shape {tuple(buffer.shape)}"
+            )
         buffer = buffer.detach().cpu().tolist()
     return [int(v) & MASK64 for v in buffer]  # int64 views show the high bit as a sign
 
 
-def _pair(region: int, num_workers: int, records: Sequence[tuple[int, int]], tasks: list[TaskSpan],
-          prepare: list[PrepareSpan], dangling: list[Dangling]) -> None:
+def _pair(
+    region: int,
+    num_workers: int,
+    records: Sequence[tuple[int, int]],
+    tasks: list[TaskSpan],
+    prepare: list[PrepareSpan],
+    dangling: list[Dangling],
+) -> None:
     is_worker = region < num_workers
     who = f"worker {region}" if is_worker else f"scheduler {region - num_workers}"
     open_: tuple[int, int, int, int] | None = None  # (begin kind, id, iteration, timestamp)
@@ -154,8 +165,10 @@ def _pair(region: int, num_workers: int, records: Sequence[tuple[int, int]], tas
         id_, kind, iteration = word & 0xFFFFFFFF, (word >> 32) & 0xFF, word >> 40
         begin_kind = kind if kind in _PAIRS else _ENDS.get(kind)
         if begin_kind is None or _PAIRS[begin_kind][2] != is_worker:
-            raise ProfileError(f"{who}: record kind {kind} (word 0x{word:016x}) is not one a {who.split()[0]} writes; "
-                               f"the buffer does not match this decoder (MPK_PROF_* in csrc/runtime/abi.h)")
+            raise ProfileError(
+                f"{who}: record kind {kind} (word 0x{word:016x}) is not one a {who.split()[0]} writes; "
+                f"the buffer does not match this decoder (MPK_PROF_* in csrc/runtime/abi.h)"
+            )
         if kind in _PAIRS:
             if open_ is not None:
                 lost("begin", *open_)
@@ -170,8 +183,10 @@ def _pair(region: int, num_workers: int, records: Sequence[tuple[int, int]], tas
         begin = open_[3]
         open_ = None
         if ts < begin:
-            raise ProfileError(f"{who}: the end of {_PAIRS[begin_kind][1]} {id_} (iteration {iteration}) at {ts} ns "
-                               f"precedes its begin at {begin} ns; the buffer is corrupt")
+            raise ProfileError(
+                f"{who}: the end of {_PAIRS[begin_kind][1]} {id_} (iteration {iteration}) at {ts} ns "
+                f"precedes its begin at {begin} ns; the buffer is corrupt"
+            )
         if is_worker:
             tasks.append(TaskSpan(id_, iteration, region, event_no, begin, ts))
             event_no += 1

@@ -77,8 +77,9 @@ def _parse_row(path: str | Path, line: int, fields: list[str]) -> Row:
             raise ProfileError(f"{path}:{line}: {name}={text!r} is not an integer") from None
     row = Row(*values)  # type: ignore[arg-type]
     if row.duration_ns != row.end_ns - row.begin_ns or row.duration_ns < 0:
-        raise ProfileError(f"{path}:{line}: duration_ns={row.duration_ns} does not equal end_ns - begin_ns "
-                           f"= {row.end_ns - row.begin_ns} (>= 0)")
+        raise ProfileError(
+            f"{path}:{line}: duration_ns={row.duration_ns} does not equal end_ns - begin_ns = {row.end_ns - row.begin_ns} (>= 0)"
+        )
     return row
 
 
@@ -122,8 +123,10 @@ def task_types(rows: list[Row]) -> list[dict]:
     """Every task type with its number of runs and its total time, by task_type_id."""
     out: dict[tuple[int, str], dict] = {}
     for r in rows:
-        e = out.setdefault((r.task_type_id, r.task_type_name),
-                           {"task_type_id": r.task_type_id, "task_type_name": r.task_type_name, "count": 0, "total_ns": 0})
+        e = out.setdefault(
+            (r.task_type_id, r.task_type_name),
+            {"task_type_id": r.task_type_id, "task_type_name": r.task_type_name, "count": 0, "total_ns": 0},
+        )
         e["count"] += 1
         e["total_ns"] += r.duration_ns
     return [out[k] for k in sorted(out)]
@@ -139,8 +142,19 @@ def per_layer(rows: list[Row]) -> list[dict]:
     for layer, rs in groups.items():
         begin, end = min(r.begin_ns for r in rs), max(r.end_ns for r in rs)
         total = sum(r.duration_ns for r in rs)
-        out.append({"layer": layer, "task_type_name": rs[0].task_type_name, "task_type_id": rs[0].task_type_id,
-                    "count": len(rs), "total_ns": total, "avg_ns": round(total / len(rs), 3),
-                    "min_ns": min(r.duration_ns for r in rs), "max_ns": max(r.duration_ns for r in rs),
-                    "first_begin_ns": begin, "last_end_ns": end, "span_ns": end - begin})
+        out.append(
+            {
+                "layer": layer,
+                "task_type_name": rs[0].task_type_name,
+                "task_type_id": rs[0].task_type_id,
+                "count": len(rs),
+                "total_ns": total,
+                "avg_ns": round(total / len(rs), 3),
+                "min_ns": min(r.duration_ns for r in rs),
+                "max_ns": max(r.duration_ns for r in rs),
+                "first_begin_ns": begin,
+                "last_end_ns": end,
+                "span_ns": end - begin,
+            }
+        )
     return sorted(out, key=lambda e: (e["first_begin_ns"], e["layer"]))

@@ -22,8 +22,7 @@ def draw(rows: list[Row], path: str, title: str) -> None:
     ax = fig.add_subplot()
     bars: dict[tuple[tuple[int, str], int], list[tuple[float, float]]] = {}
     for r in rows:
-        bars.setdefault(((r.task_type_id, r.task_type_name), r.worker), []).append(
-            ((r.begin_ns - t0) / 1e3, r.duration_ns / 1e3))
+        bars.setdefault(((r.task_type_id, r.task_type_name), r.worker), []).append(((r.begin_ns - t0) / 1e3, r.duration_ns / 1e3))
     for (t, w), spans in bars.items():
         ax.broken_barh(spans, (lane[w] - 0.4, 0.8), facecolors=colours[t])
     ax.set_yticks(range(len(workers)), [f"worker {w}" for w in workers])

@@ -20,8 +20,9 @@ from .decode import PREPARE, Profile, ProfilerWarning, decode
 from .stats import Row, write_csv
 
 
-def write_profile(buffer: Any, graph: CompiledGraph, num_workers: int, num_schedulers: int,
-                  trace_name: str | Path) -> dict[str, Path]:
+def write_profile(
+    buffer: Any, graph: CompiledGraph, num_workers: int, num_schedulers: int, trace_name: str | Path
+) -> dict[str, Path]:
     """Decode a launch's profiler buffer and export it (see export)."""
     return export(decode(buffer, num_workers, num_schedulers), graph, trace_name)
 
@@ -35,16 +36,19 @@ def export(profile: Profile, graph: CompiledGraph, trace_name: str | Path) -> di
     profile is still useful, but nobody should mistake it for a complete one."""
     tasks = {t.id: t for t in graph.tasks}
     layers = {layer.id: layer for layer in graph.layers}
-    unknown = sorted({s.task for s in profile.tasks if s.task not in tasks} |
-                     {d.id for d in profile.dangling if d.what == "task" and d.id not in tasks})
+    unknown = sorted(
+        {s.task for s in profile.tasks if s.task not in tasks}
+        | {d.id for d in profile.dangling if d.what == "task" and d.id not in tasks}
+    )
     if unknown:
-        raise ProfileError(f"the profile names task ids {unknown[:10]} that the task graph ({len(tasks)} tasks) does "
-                           f"not have; export it with the graph of the kernel that recorded it")
+        raise ProfileError(
+            f"the profile names task ids {unknown[:10]} that the task graph ({len(tasks)} tasks) does "
+            f"not have; export it with the graph of the kernel that recorded it"
+        )
     rows = []
     for s in sorted(profile.tasks, key=lambda s: (s.begin_ns, s.worker, s.event_no)):
         layer = layers[tasks[s.task].layer]
-        rows.append(Row(layer.opcode, layer.task, layer.name, s.worker, s.event_no, s.begin_ns, s.end_ns,
-                        s.duration_ns))
+        rows.append(Row(layer.opcode, layer.task, layer.name, s.worker, s.event_no, s.begin_ns, s.end_ns, s.duration_ns))
     data = _trace(profile, tasks, layers, str(trace_name)).SerializeToString()
     base = Path(trace_name)
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -77,11 +81,13 @@ def _trace(profile: Profile, tasks: dict[int, TaskInfo], layers: dict[int, Layer
     problems = profile.problems()
     schedulers = {0} | {s.scheduler for s in profile.prepare}
     schedulers |= {_track_of(d.recorder) - _SCHEDULER0 for d in profile.dangling if d.recorder.startswith("scheduler")}
-    tracks = [(_ROOT, None, f"mpk {trace_name}", 0)]
+    tracks: list[tuple[int, int | None, str, int]] = [(_ROOT, None, f"mpk {trace_name}", 0)]
     if problems:
         tracks.append((_STATUS, _ROOT, "profiler", 0))
-    tracks += [(_SCHEDULER0 + s, _ROOT, "controller: prepare_next_batch" if s == 0 else f"scheduler {s}: {PREPARE}",
-                1 + s) for s in sorted(schedulers)]
+    tracks += [
+        (_SCHEDULER0 + s, _ROOT, "controller: prepare_next_batch" if s == 0 else f"scheduler {s}: {PREPARE}", 1 + s)
+        for s in sorted(schedulers)
+    ]
     tracks += [(_WORKER0 + w, _ROOT, f"worker {w}", 100 + w) for w in range(profile.num_workers)]
     for uuid, parent, name, rank in tracks:
         d = _packet(trace).track_descriptor
@@ -95,18 +101,37 @@ def _trace(profile: Profile, tasks: dict[int, TaskInfo], layers: dict[int, Layer
     # track's own order, so an end and the next begin at the same timestamp stay nested correctly.
     events: list[tuple[int, int, int, str | None, str | None, dict | None]] = []
     if problems:
-        notes = {"dropped": profile.dropped, "dangling": len(profile.dangling)}
+        notes: dict[str, Any] = {"dropped": profile.dropped, "dangling": len(profile.dangling)}
         notes.update({f"dropped {profile.recorder(i)}": n for i, n in enumerate(profile.dropped_by_region) if n})
-        first = min([s.begin_ns for s in profile.tasks] + [p.begin_ns for p in profile.prepare] +
-                    [d.timestamp_ns for d in profile.dangling], default=0)
-        events.append((first, _INSTANT, _STATUS, f"incomplete: {profile.dropped} records dropped, "
-                       f"{len(profile.dangling)} dangling", "profiler", notes))
+        first = min(
+            [s.begin_ns for s in profile.tasks]
+            + [p.begin_ns for p in profile.prepare]
+            + [d.timestamp_ns for d in profile.dangling],
+            default=0,
+        )
+        events.append(
+            (
+                first,
+                _INSTANT,
+                _STATUS,
+                f"incomplete: {profile.dropped} records dropped, {len(profile.dangling)} dangling",
+                "profiler",
+                notes,
+            )
+        )
     for s in profile.tasks:
         t = tasks[s.task]
         layer = layers[t.layer]
-        events.append((s.begin_ns, _BEGIN, _WORKER0 + s.worker, t.label, layer.task,
-                       {"task_id": s.task, "layer": layer.name, "task": layer.task, "iteration": s.iteration,
-                        "event_no": s.event_no}))
+        events.append(
+            (
+                s.begin_ns,
+                _BEGIN,
+                _WORKER0 + s.worker,
+                t.label,
+                layer.task,
+                {"task_id": s.task, "layer": layer.name, "task": layer.task, "iteration": s.iteration, "event_no": s.event_no},
+            )
+        )
         events.append((s.end_ns, _END, _WORKER0 + s.worker, None, None, None))
     for p in profile.prepare:
         events.append((p.begin_ns, _BEGIN, _SCHEDULER0 + p.scheduler, PREPARE, "runtime", {"iteration": p.iteration}))
@@ -114,20 +139,23 @@ def _trace(profile: Profile, tasks: dict[int, TaskInfo], layers: dict[int, Layer
     for d in profile.dangling:
         name = tasks[d.id].label if d.what == "task" else PREPARE
         other = "end" if d.edge == "begin" else "begin"
-        notes = {"dangling": d.edge, "iteration": d.iteration, **({"task_id": d.id} if d.what == "task" else {})}
-        events.append((d.timestamp_ns, _INSTANT, _track_of(d.recorder), f"{name}: {d.edge} without its {other}",
-                       "profiler", notes))
+        marks: dict[str, Any] = {"dangling": d.edge, "iteration": d.iteration}
+        if d.what == "task":
+            marks["task_id"] = d.id
+        events.append(
+            (d.timestamp_ns, _INSTANT, _track_of(d.recorder), f"{name}: {d.edge} without its {other}", "profiler", marks)
+        )
     events.sort(key=lambda e: e[0])
-    for ts, type_, uuid, name, category, notes in events:
-        p = _packet(trace)
-        p.timestamp = ts
-        e = p.track_event
-        e.type, e.track_uuid = type_, uuid
-        if name is not None:
-            e.name = name
-            e.categories.append(category)
-        for key, value in (notes or {}).items():
-            a = e.debug_annotations.add()
+    for ts, type_, uuid, title, category, debug in events:
+        packet = _packet(trace)
+        packet.timestamp = ts
+        ev = packet.track_event
+        ev.type, ev.track_uuid = type_, uuid
+        if title is not None:
+            ev.name = title
+            ev.categories.append(category)
+        for key, value in (debug or {}).items():
+            a = ev.debug_annotations.add()
             a.name = key
             if isinstance(value, str):
                 a.string_value = value

@@ -30,8 +30,16 @@ class LaunchConfig:
 
 
 class DeviceGraph:
-    def __init__(self, graph: CompiledGraph, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor],
-                 launch: LaunchConfig, batch: BatchConfig, device: torch.device, profiler: torch.Tensor | None = None):
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        tensors: dict[str, torch.Tensor],
+        meta: dict[str, torch.Tensor],
+        launch: LaunchConfig,
+        batch: BatchConfig,
+        device: torch.device,
+        profiler: torch.Tensor | None = None,
+    ):
         self.device = device
         queues, events = graph.schedule.queues, graph.schedule.events
         self.order = [t for q in queues for t in q]  # descriptor slot -> task id
@@ -70,16 +78,25 @@ class DeviceGraph:
         }
         self.keep_alive = (tensors, meta, profiler)  # the kernel holds their pointers
         self.params = abi.MpkKernelParams(
-            tasks=self.tasks.data_ptr(), queue_offsets=self.queue_offsets.data_ptr(),
-            triggers=self.triggers.data_ptr(), event_counters=self.event_counters.data_ptr(),
-            worker_progress=self.worker_progress.data_ptr(), worker_status=self.worker_status.data_ptr(),
-            control=self.control.data_ptr(), status=None,
+            tasks=self.tasks.data_ptr(),
+            queue_offsets=self.queue_offsets.data_ptr(),
+            triggers=self.triggers.data_ptr(),
+            event_counters=self.event_counters.data_ptr(),
+            worker_progress=self.worker_progress.data_ptr(),
+            worker_status=self.worker_status.data_ptr(),
+            control=self.control.data_ptr(),
+            status=None,
             profiler_buffer=None if profiler is None else profiler.data_ptr(),
-            profiler_capacity=0 if profiler is None else profiler.numel(), launch_id=0,
-            num_tasks=len(self.order), num_events=len(events), num_workers=launch.num_workers,
-            num_schedulers=launch.num_schedulers, end_trigger_count=graph.schedule.end_trigger_count,
+            profiler_capacity=0 if profiler is None else profiler.numel(),
+            launch_id=0,
+            num_tasks=len(self.order),
+            num_events=len(events),
+            num_workers=launch.num_workers,
+            num_schedulers=launch.num_schedulers,
+            end_trigger_count=graph.schedule.end_trigger_count,
             watchdog_timeout_ns=int(launch.watchdog_timeout * 1e9),
-            meta=abi.meta_struct(meta), batch=abi.batch_struct(batch),
+            meta=abi.meta_struct(meta),
+            batch=abi.batch_struct(batch),
             state=abi.MpkBatchState(**{k: v.data_ptr() for k, v in self.state.items()}),
         )
 
@@ -96,5 +113,4 @@ class DeviceGraph:
         if task_id not in self.wait_counts:
             raise ValueError(f"task {task_id} waits on no event (its producers, if any, share its worker)")
         offset = self.slot_of[task_id] * abi.TASK_DESC.size + abi.TASK_DESC_OFFSETS["wait_count"]
-        self.tasks[offset:offset + 4] = torch.tensor([count], dtype=torch.int32).view(torch.uint8).to(self.device)
-
+        self.tasks[offset : offset + 4] = torch.tensor([count], dtype=torch.int32).view(torch.uint8).to(self.device)

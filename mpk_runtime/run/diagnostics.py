@@ -30,12 +30,18 @@ class ScheduleView:
     @classmethod
     def of(cls, graph: CompiledGraph) -> ScheduleView:
         s = graph.schedule
-        return cls([t.label for t in graph.tasks], [list(q) for q in s.queues], [t.worker for t in graph.tasks],
-                   [t.wait_event for t in graph.tasks], [list(e.producers) for e in s.events])
+        return cls(
+            [t.label for t in graph.tasks],
+            [list(q) for q in s.queues],
+            [t.worker for t in graph.tasks],
+            [t.wait_event for t in graph.tasks],
+            [list(e.producers) for e in s.events],
+        )
 
 
-def watchdog_record(view: ScheduleView, iteration: int, lid: int,
-                    worker_status: torch.Tensor, worker_progress: torch.Tensor) -> list[dict]:
+def watchdog_record(
+    view: ScheduleView, iteration: int, lid: int, worker_status: torch.Tensor, worker_progress: torch.Tensor
+) -> list[dict]:
     """For every worker stuck in a wait: the task, its event, and which producers had not finished."""
     status = worker_status.cpu().tolist()
     progress = worker_progress.cpu().tolist()
@@ -49,11 +55,17 @@ def watchdog_record(view: ScheduleView, iteration: int, lid: int,
         event = view.wait_event[task]
         producers = view.producers[event]
         missing = [p for p in producers if done_in_iteration[view.worker_of[p]] <= queue_pos[p]]
-        record.append({
-            "worker": w, "task": task, "label": view.labels[task], "event": event,
-            "producers": len(producers), "finished": len(producers) - len(missing),
-            "missing": [{"task": p, "label": view.labels[p], "worker": view.worker_of[p]} for p in missing],
-        })
+        record.append(
+            {
+                "worker": w,
+                "task": task,
+                "label": view.labels[task],
+                "event": event,
+                "producers": len(producers),
+                "finished": len(producers) - len(missing),
+                "missing": [{"task": p, "label": view.labels[p], "worker": view.worker_of[p]} for p in missing],
+            }
+        )
     return record
 
 
@@ -62,16 +74,21 @@ def format_watchdog(record: list[dict], iteration: int, idle_ns: int | None = No
     if idle_ns is None:
         head = f"emulated run deadlocked in iteration {iteration}: no worker can start its next task."
     else:
-        head = (f"watchdog: nothing progressed for {idle_ns / 1e9:.2f} s (watchdog_timeout={timeout} s) in iteration "
-                f"{iteration}; the launch was stopped.")
+        head = (
+            f"watchdog: nothing progressed for {idle_ns / 1e9:.2f} s (watchdog_timeout={timeout} s) in iteration "
+            f"{iteration}; the launch was stopped."
+        )
     lines = [head]
     if not record:
         lines.append("  no worker was waiting on an event: a task body did not finish (or never started).")
     for r in record:
         miss = ", ".join(f"task {m['task']} {m['label']} (worker {m['worker']})" for m in r["missing"][:6])
         more = f" and {len(r['missing']) - 6} more" if len(r["missing"]) > 6 else ""
-        why = f"; still missing {miss}{more}" if r["missing"] else (
-            "; all producers finished, yet the count is short: the event's target is unreachable")
+        why = (
+            f"; still missing {miss}{more}"
+            if r["missing"]
+            else ("; all producers finished, yet the count is short: the event's target is unreachable")
+        )
         lines.append(
             f"  worker {r['worker']} waits in task {r['task']} {r['label']} on event {r['event']}: "
             f"{r['finished']} of {r['producers']} producers finished{why}"
@@ -102,7 +119,5 @@ def status_error(st, launch_index: int, message_for_watchdog, message_for_task=N
             f"{req} needs {need} pages and holds {have}, and the page queue is empty; raise max_num_pages"
         )
     if st.code == contract.STATUS_SKIPPED:
-        return KernelError(
-            f"launch {launch_index} did not run: an earlier launch stopped half-way; its error was reported first"
-        )
+        return KernelError(f"launch {launch_index} did not run: an earlier launch stopped half-way; its error was reported first")
     return KernelError(f"launch {launch_index} ended with unknown status {st.code}")

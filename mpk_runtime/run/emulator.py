@@ -35,8 +35,9 @@ class EmulatedKernel:
 
     handle = None
 
-    def __init__(self, graph: CompiledGraph, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor],
-                 cfg: batching.BatchConfig):
+    def __init__(
+        self, graph: CompiledGraph, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor], cfg: batching.BatchConfig
+    ):
         self.graph, self.tensors, self.meta, self.cfg = graph, tensors, meta, cfg
         self.launches = 0
 
@@ -51,8 +52,13 @@ class EmulatedKernel:
         pass
 
 
-def run(graph: CompiledGraph, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor],
-        cfg: batching.BatchConfig, seed: int = 0) -> EmulatedRun:
+def run(
+    graph: CompiledGraph,
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, torch.Tensor],
+    cfg: batching.BatchConfig,
+    seed: int = 0,
+) -> EmulatedRun:
     """Run the graph for as many iterations as prepare_next_batch allows (one in test mode),
     on the CPU tensors ``tensors`` (by name) and ``meta``, in place."""
     for t in graph.tensors:
@@ -87,8 +93,9 @@ def _view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | None, 
     return t[tuple(slice(lo, hi) for lo, hi in bounds)]
 
 
-def _run_task(graph: CompiledGraph, t: TaskInfo, spec: TaskSpec, tensors: dict[str, torch.Tensor], iteration: int,
-              active: tuple[int, int]) -> None:
+def _run_task(
+    graph: CompiledGraph, t: TaskInfo, spec: TaskSpec, tensors: dict[str, torch.Tensor], iteration: int, active: tuple[int, int]
+) -> None:
     layer = graph.layers[t.layer]
     ins, outs = layer.input_names, layer.output_names
     views = {n: _view(tensors, s, spec.token_dims.get(n), active) for n, s in zip(ins + outs, t.inputs + t.outputs)}
@@ -97,12 +104,20 @@ def _run_task(graph: CompiledGraph, t: TaskInfo, spec: TaskSpec, tensors: dict[s
     try:
         spec.emulate({n: views[n] for n in ins}, {n: views[n] for n in outs}, layer.values)
     except TaskFailure as f:
-        raise KernelError(f"emulated iteration {iteration}: "
-                          f"{diagnostics.task_error_message(graph, t.id, f.code, f.value)}") from None
+        raise KernelError(
+            f"emulated iteration {iteration}: {diagnostics.task_error_message(graph, t.id, f.code, f.value)}"
+        ) from None
 
 
-def _run_iteration(graph: CompiledGraph, tensors: dict[str, torch.Tensor], specs: list[TaskSpec], rng: random.Random,
-                   order: list[int], iteration: int, active: tuple[int, int]) -> None:
+def _run_iteration(
+    graph: CompiledGraph,
+    tensors: dict[str, torch.Tensor],
+    specs: list[TaskSpec],
+    rng: random.Random,
+    order: list[int],
+    iteration: int,
+    active: tuple[int, int],
+) -> None:
     queues = graph.schedule.queues
     events = graph.schedule.events
     counters = [0] * len(events)

@@ -31,8 +31,10 @@ def native_arch(index: int) -> archs.Arch:
     """The arch whose code runs natively on device ``index`` (see archs.native_for)."""
     capability = torch.cuda.get_device_capability(index)
     if capability < archs.MIN_CAPABILITY:
-        raise DeviceError(f"GPU {index} has compute capability {capability[0]}.{capability[1]}; the runtime needs "
-                          f"{archs.MIN_CAPABILITY[0]}.{archs.MIN_CAPABILITY[1]} or newer")
+        raise DeviceError(
+            f"GPU {index} has compute capability {capability[0]}.{capability[1]}; the runtime needs "
+            f"{archs.MIN_CAPABILITY[0]}.{archs.MIN_CAPABILITY[1]} or newer"
+        )
     return archs.native_for(capability)
 
 
@@ -58,6 +60,7 @@ def device_and_arch(target_cc: int | None, on_cpu: bool) -> tuple[torch.device, 
     """Where a kernel's tensors live and what it is built for: the CPU and ``target_cc`` (compile-only,
     emulated), else the current GPU and ``target_cc`` (checked to run there) or the GPU's own arch."""
     if on_cpu:
+        assert target_cc is not None, "params.parse requires target_cc without a GPU"
         return torch.device("cpu"), archs.by_cc(target_cc)
     require_gpu("PersistentKernel")
     device = torch.device("cuda", torch.cuda.current_device())

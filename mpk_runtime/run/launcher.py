@@ -48,8 +48,10 @@ class Module:
         self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
         want = archs.by_cc(self.target_sm).worker_threads
         if self.worker_threads != want:
-            raise BuildError(f"{self.path}: built with {self.worker_threads} worker threads, but mpk_runtime/archs.py says "
-                             f"{want} for sm{self.target_sm}; rebuild it")
+            raise BuildError(
+                f"{self.path}: built with {self.worker_threads} worker threads, but mpk_runtime/archs.py says "
+                f"{want} for sm{self.target_sm}; rebuild it"
+            )
 
     def task_type_name(self, opcode: int) -> str | None:
         name = self.lib.mpk_task_type_name(opcode)

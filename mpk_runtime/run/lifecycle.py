@@ -40,20 +40,35 @@ def check_co_residency(module: Module, device: int, launch: LaunchConfig, worker
 
 
 class GpuKernel:
-    def __init__(self, module: Module, graph: CompiledGraph, tensors: dict[str, torch.Tensor],
-                 meta: dict[str, torch.Tensor], launch: LaunchConfig, batch: BatchConfig, device: torch.device,
-                 worker_threads: int, profiler: torch.Tensor | None = None):
+    def __init__(
+        self,
+        module: Module,
+        graph: CompiledGraph,
+        tensors: dict[str, torch.Tensor],
+        meta: dict[str, torch.Tensor],
+        launch: LaunchConfig,
+        batch: BatchConfig,
+        device: torch.device,
+        worker_threads: int,
+        profiler: torch.Tensor | None = None,
+    ):
         check_co_residency(module, device.index, launch, worker_threads)
         self.module, self.graph, self.launch_config, self.device = module, graph, launch, device
         self.grid = grid_size(launch.num_workers, launch.num_schedulers, worker_threads)
         self.device_graph = DeviceGraph(graph, tensors, meta, launch, batch, device, profiler)
-        self.handle: int | None = module.create(device.index)
+        self.handle: int | None = module.create(device.index)  # None once freed
         self.launches = 0
         torch.cuda.synchronize(device)  # uploads complete before any stream launches
 
-    def launch(self, stream: torch.cuda.Stream) -> None:
+    def _live(self) -> int:
+        if self.handle is None:
+            raise KernelError("the kernel's device resources were freed (finalize()); build a new PersistentKernel")
+        return self.handle
+
+    def launch(self, stream: torch.cuda.Stream | None) -> None:
         self.harvest(timeout_ms=0)
-        self.module.launch(self.handle, self.device_graph.params, self.grid, stream.cuda_stream)
+        stream = stream if stream is not None else torch.cuda.current_stream(self.device)
+        self.module.launch(self._live(), self.device_graph.params, self.grid, stream.cuda_stream)
         self.launches += 1
 
     def harvest(self, timeout_ms: int) -> None:
@@ -63,7 +78,7 @@ class GpuKernel:
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
             slice_ms = 100 if deadline is None else max(0, min(100, int((deadline - time.monotonic()) * 1000)))
-            running = self.module.poll(self.handle, slice_ms)
+            running = self.module.poll(self._live(), slice_ms)
             if running is None or timeout_ms == 0:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -72,15 +87,15 @@ class GpuKernel:
                     f"{running.code}, iteration {running.iterations}); a task body may be stuck in a loop that "
                     f"the watchdog cannot stop"
                 )
-        err = self.module.take_error(self.handle)
+        err = self.module.take_error(self._live())
         if err is None:
             return
         st, index = err
         # Everything before the failed launch has finished; later ones were skipped. Reset the
         # counters so the next launch starts clean, then report.
-        self.module.poll(self.handle, -1)
+        self.module.poll(self._live(), -1)
         exc = diagnostics.status_error(st, index, lambda s: self._watchdog_message(s, index), self._task_error_message)
-        self.module.take_error(self.handle)  # the skipped launches' status: reported by exc already
+        self.module.take_error(self._live())  # the skipped launches' status: reported by exc already
         self.device_graph.reset()
         torch.cuda.synchronize(self.device)
         raise exc
@@ -88,14 +103,19 @@ class GpuKernel:
     def _task_error_message(self, st) -> str:
         raw = self.device_graph.control.cpu()
         control = abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * raw.element_size()))
-        return diagnostics.task_error_message(self.graph, control.task_error_task, control.task_error_code,
-                                              control.task_error_value)
+        return diagnostics.task_error_message(
+            self.graph, control.task_error_task, control.task_error_code, control.task_error_value
+        )
 
     def _watchdog_message(self, st, launch_index: int) -> tuple[str, list[dict]]:
         dg = self.device_graph
         record = diagnostics.watchdog_record(
-            diagnostics.ScheduleView.of(self.graph), st.iterations, diagnostics.launch_id(launch_index),
-            dg.worker_status, dg.worker_progress)
+            diagnostics.ScheduleView.of(self.graph),
+            st.iterations,
+            diagnostics.launch_id(launch_index),
+            dg.worker_status,
+            dg.worker_progress,
+        )
         return diagnostics.format_watchdog(record, st.iterations, st.idle_ns, self.launch_config.watchdog_timeout), record
 
     def free(self) -> None:

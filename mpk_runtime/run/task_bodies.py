@@ -34,6 +34,8 @@ def _load_extension(name: str, path: Path):
     if path not in _loaded:
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
         spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+        if spec is None:
+            raise BuildError(f"cannot load the task-body module {path}: not an extension module")
         module = importlib.util.module_from_spec(spec)
         try:
             loader.exec_module(module)
@@ -44,14 +46,21 @@ def _load_extension(name: str, path: Path):
 
 
 class TaskBodies:
-    def __init__(self, graph: CompiledGraph, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor],
-                 cfg: batching.BatchConfig, arch: str, device: torch.device):
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        tensors: dict[str, torch.Tensor],
+        meta: dict[str, torch.Tensor],
+        cfg: batching.BatchConfig,
+        arch: str,
+        device: torch.device,
+    ):
         self.graph, self.device = graph, device
         digest = hashlib.sha256(json.dumps([graph.to_json()["variants"], arch]).encode()).hexdigest()[:16]
         module = f"mpk_task_bodies_{digest}"  # the PyInit_ symbol: a valid, deterministic identifier
         source = generate_task_bodies(graph.variants, arch, module)
-        tasks = "+".join(sorted({v.task for v in graph.variants}))[:60]
-        self.build_result = build_module(source, arch, f"bodies-{tasks}", python_extension=True)
+        names = "+".join(sorted({v.task for v in graph.variants}))[:60]
+        self.build_result = build_module(source, arch, f"bodies-{names}", python_extension=True)
         self.module = _load_extension(module, self.build_result.path)
 
         # The batch of iteration 0, as prepare_next_batch would leave it, in the kernel's own meta
@@ -87,8 +96,15 @@ class TaskBodies:
             raise KernelError(f"no layers {sorted(unknown)}; this graph has {[n for n, *_ in self.layers]}")
         for name, variant, descs, count in self.layers:
             if wanted is None or name in wanted:
-                err = self.module.launch(variant, descs.data_ptr(), count, self._meta_bytes, self._batch_bytes,
-                                         self.control.data_ptr(), stream.cuda_stream)
+                err = self.module.launch(
+                    variant,
+                    descs.data_ptr(),
+                    count,
+                    self._meta_bytes,
+                    self._batch_bytes,
+                    self.control.data_ptr(),
+                    stream.cuda_stream,
+                )
                 if err:
                     raise KernelError(f"launching the task bodies of {name}: {err}")
 
@@ -99,5 +115,8 @@ class TaskBodies:
         control = abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * 8))
         if control.task_error_launch:
             self.control.zero_()
-            raise KernelError(diagnostics.task_error_message(self.graph, control.task_error_task,
-                                                             control.task_error_code, control.task_error_value))
+            raise KernelError(
+                diagnostics.task_error_message(
+                    self.graph, control.task_error_task, control.task_error_code, control.task_error_value
+                )
+            )

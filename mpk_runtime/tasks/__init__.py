@@ -19,5 +19,16 @@ for _m in pkgutil.iter_modules(__path__):
     if _m.name not in _INFRASTRUCTURE:
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["Arg", "Partition", "SliceInfo", "TaskFailure", "TaskSpec", "all_specs", "get", "on_register",
-           "register_task", "split", "whole"]
+__all__ = [
+    "Arg",
+    "Partition",
+    "SliceInfo",
+    "TaskFailure",
+    "TaskSpec",
+    "all_specs",
+    "get",
+    "on_register",
+    "register_task",
+    "split",
+    "whole",
+]

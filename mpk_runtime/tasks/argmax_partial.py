@@ -31,8 +31,10 @@ class ArgmaxPartial(TaskSpec):
         if x.num_dims != 2 or x.dtype.torch not in FLOATING:
             raise ShapeError(f"argmax_partial: input must be float logits (batch, vocab), got {x!r}")
         if v.shape != (x.shape[0], parts) or i.shape != (x.shape[0], parts):
-            raise ShapeError(f"argmax_partial: values and indices must be (batch, grid x) = ({x.shape[0]}, {parts}); "
-                             f"got {v.shape} and {i.shape}")
+            raise ShapeError(
+                f"argmax_partial: values and indices must be (batch, grid x) = ({x.shape[0]}, {parts}); "
+                f"got {v.shape} and {i.shape}"
+            )
         if v.dtype.torch != torch.float32 or i.dtype.torch != torch.int64:
             raise DTypeError(f"argmax_partial: values must be float32 and indices int64; got {v.dtype.short}, {i.dtype.short}")
 
@@ -50,4 +52,4 @@ class ArgmaxPartial(TaskSpec):
     @staticmethod
     def _offset(view: torch.Tensor) -> int:
         # The slice's first global column: views of a contiguous (batch, vocab) tensor.
-        return view.storage_offset() % view.stride(0)
+        return int(view.storage_offset()) % view.stride(0)

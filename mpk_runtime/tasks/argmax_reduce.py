@@ -27,8 +27,10 @@ class ArgmaxReduce(TaskSpec):
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         v, i, out = args["values"].tensor, args["indices"].tensor, args["output"].tensor
         if v.num_dims != 2 or i.shape != v.shape or out.shape != (v.shape[0],):
-            raise ShapeError(f"argmax_reduce: values and indices must be (batch, parts) and output (batch,); "
-                             f"got {v.shape}, {i.shape}, {out.shape}")
+            raise ShapeError(
+                f"argmax_reduce: values and indices must be (batch, parts) and output (batch,); "
+                f"got {v.shape}, {i.shape}, {out.shape}"
+            )
         if v.dtype.torch != torch.float32 or i.dtype.torch != torch.int64 or out.dtype.torch != torch.int64:
             raise DTypeError("argmax_reduce: values must be float32, indices and output int64")
 

@@ -31,15 +31,23 @@ class Embed(TaskSpec):
         if tok.num_dims != 1 or tok.dtype.torch != torch.int64:
             raise DTypeError(f"embed: input must be an int64 vector of token ids, got {tok!r}")
         if w.num_dims != 2 or y.shape != (tok.shape[0], w.shape[1]):
-            raise ShapeError(f"embed: weight must be (vocab, hidden) and output (batch, hidden) = "
-                             f"({tok.shape[0]}, hidden); got weight {w.shape}, output {y.shape}")
+            raise ShapeError(
+                f"embed: weight must be (vocab, hidden) and output (batch, hidden) = "
+                f"({tok.shape[0]}, hidden); got weight {w.shape}, output {y.shape}"
+            )
         if w.dtype.torch not in FLOATING or y.dtype is not w.dtype:
             raise DTypeError(f"embed: weight and output must share a float dtype; got {w.dtype.short}, {y.dtype.short}")
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, cols = s["output"].shape
-        return [s["weight"].dtype.cpp, batch, s["weight"].full_shape[0], cols, s["weight"].full_shape[1],
-                s["output"].full_shape[1]]
+        return [
+            s["weight"].dtype.cpp,
+            batch,
+            s["weight"].full_shape[0],
+            cols,
+            s["weight"].full_shape[1],
+            s["output"].full_shape[1],
+        ]
 
     def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
         if code == contract.TASK_ERROR_INDEX:

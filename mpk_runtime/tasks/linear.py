@@ -13,8 +13,10 @@ from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
     x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
     if x.num_dims != 2 or w.num_dims != 2:
-        raise ShapeError(f"{name}: input must be (batch, in_features) and weight (out_features, in_features); "
-                         f"got input {x.shape}, weight {w.shape}")
+        raise ShapeError(
+            f"{name}: input must be (batch, in_features) and weight (out_features, in_features); "
+            f"got input {x.shape}, weight {w.shape}"
+        )
     if w.shape[1] != x.shape[1]:
         raise ShapeError(f"{name}: weight {w.shape} must have in_features={x.shape[1]} columns to match input {x.shape}")
     want = (x.shape[0], w.shape[0])
@@ -53,8 +55,14 @@ class Linear(TaskSpec):
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, k = s["input"].shape
-        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1],
-                "true" if self.residual else "false"]
+        return [
+            s["input"].dtype.cpp,
+            batch,
+            k,
+            s["weight"].shape[0],
+            s["output"].full_shape[1],
+            "true" if self.residual else "false",
+        ]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         return 500.0 + s["weight"].nbytes / 22.0  # the weight slice streamed at a fair share of HBM

@@ -37,11 +37,16 @@ class Noop(TaskSpec):
         import inspect
 
         P = inspect.Parameter
-        return inspect.Signature([
-            P("self", P.POSITIONAL_OR_KEYWORD), P("inputs", P.POSITIONAL_OR_KEYWORD),
-            P("outputs", P.POSITIONAL_OR_KEYWORD), P("grid_dim", P.KEYWORD_ONLY),
-            P("block_dim", P.KEYWORD_ONLY), P("probe", P.KEYWORD_ONLY, default=False),
-        ])
+        return inspect.Signature(
+            [
+                P("self", P.POSITIONAL_OR_KEYWORD),
+                P("inputs", P.POSITIONAL_OR_KEYWORD),
+                P("outputs", P.POSITIONAL_OR_KEYWORD),
+                P("grid_dim", P.KEYWORD_ONLY),
+                P("block_dim", P.KEYWORD_ONLY),
+                P("probe", P.KEYWORD_ONLY, default=False),
+            ]
+        )
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         if not any(a.writes for a in args.values()):

@@ -15,8 +15,7 @@ from .partition import Arg, SliceInfo, split, whole
 from .spec import TaskFailure, TaskSpec
 
 # What a task module needs to declare its task, importable from here in one line.
-__all__ = ["Arg", "SliceInfo", "TaskFailure", "TaskSpec", "all_specs", "get", "on_register", "register_task", "split",
-           "whole"]
+__all__ = ["Arg", "SliceInfo", "TaskFailure", "TaskSpec", "all_specs", "get", "on_register", "register_task", "split", "whole"]
 
 _REGISTRY: dict[str, TaskSpec] = {}
 _ON_REGISTER: list[Callable[[TaskSpec], None]] = []

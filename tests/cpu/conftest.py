@@ -45,7 +45,6 @@ def make_pk() -> Callable[..., mpk.PersistentKernel]:
     return make
 
 
-
 @pytest.fixture(scope="session")
 def noop_source() -> str:
     """The generated source of the smallest graph (one no-op layer) for sm80: the cheapest nvcc build."""

@@ -10,8 +10,9 @@ from mpk_runtime.graph import CompiledGraph, DTensor, Layer, TaskGraph, build_co
 from mpk_runtime.tasks import registry
 
 
-def rmsnorm_tensors(pk: mpk.PersistentKernel, batch: int = 16, hidden: int = 4096,
-                    dtype: torch.dtype = torch.bfloat16) -> tuple[DTensor, DTensor, DTensor]:
+def rmsnorm_tensors(
+    pk: mpk.PersistentKernel, batch: int = 16, hidden: int = 4096, dtype: torch.dtype = torch.bfloat16
+) -> tuple[DTensor, DTensor, DTensor]:
     """Attach the input, weight and output of a (batch, hidden) RMSNorm to ``pk``."""
     x = pk.attach_input(torch.zeros(batch, hidden, dtype=dtype), name="x")
     w = pk.attach_input(torch.ones(hidden, dtype=dtype), name="w")
@@ -44,8 +45,9 @@ class GraphBuilder:
         return self.graph.add_layer(spec, (width, 1, 1), args, values)
 
 
-def compile_graph(graph: TaskGraph, workers: int = 2, placement: str = "round_robin", arch: str = "sm80",
-                  rank: int = 0) -> CompiledGraph:
+def compile_graph(
+    graph: TaskGraph, workers: int = 2, placement: str = "round_robin", arch: str = "sm80", rank: int = 0
+) -> CompiledGraph:
     """The compiled graph of ``graph`` (scheduled on ``workers`` with ``placement``), as compile() makes it."""
     variants, of_layer = collect_variants(graph)
     return build_compiled(graph, build_schedule(graph, workers, placement), variants, of_layer, arch, rank)

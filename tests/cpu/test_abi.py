@@ -70,8 +70,11 @@ def test_reported_offsets_equal_the_python_mirror(layout):
 def test_tampered_field_offset_names_the_field(layout):
     tampered = re.sub(r"(MpkTaskDesc=\d+.*?) wait_event:8\b", r"\1 wait_event:12", layout)
     assert tampered != layout
-    with pytest.raises(BuildError, match=r"m\.so: MpkTaskDesc layout differs from mpk_runtime/codegen/abi\.py \(wait_event at 12 "
-                                         r"!= 8\); csrc/runtime/abi\.h and mpk_runtime/codegen/abi\.py must change together"):
+    with pytest.raises(
+        BuildError,
+        match=r"m\.so: MpkTaskDesc layout differs from mpk_runtime/codegen/abi\.py \(wait_event at 12 "
+        r"!= 8\); csrc/runtime/abi\.h and mpk_runtime/codegen/abi\.py must change together",
+    ):
         abi.check_layout(tampered, "m.so")
 
 
@@ -83,8 +86,11 @@ def test_every_shared_constant_is_reported_and_equal(layout):
 def test_a_constant_that_drifted_is_a_build_error(layout):
     tampered = layout.replace(" MPK_MAX_INPUTS:7", " MPK_MAX_INPUTS:8")
     assert tampered != layout
-    with pytest.raises(BuildError, match=r"m\.so: constants differ from mpk_runtime/contract\.py: MPK_MAX_INPUTS=8 "
-                                         r"\(mpk_runtime/contract\.py: 7\); csrc/runtime/abi\.h and contract\.py must"):
+    with pytest.raises(
+        BuildError,
+        match=r"m\.so: constants differ from mpk_runtime/contract\.py: MPK_MAX_INPUTS=8 "
+        r"\(mpk_runtime/contract\.py: 7\); csrc/runtime/abi\.h and contract\.py must",
+    ):
         abi.check_layout(tampered, "m.so")
 
 
@@ -119,8 +125,7 @@ def test_a_task_body_descriptor_has_no_wait_and_no_triggers():
     runtime's descriptor and drops only the wait and the triggers."""
     from mpk_runtime.graph.compiled import EventInfo, LayerInfo, Scalar, SliceRef, TaskInfo
 
-    task = TaskInfo(5, "t", 1, 2, (3, 0, 0), (SliceRef("a", (0,), (4,), 16),), (SliceRef("b", (0,), (4,), 0),), (), 0, 0,
-                    (1, 2))
+    task = TaskInfo(5, "t", 1, 2, (3, 0, 0), (SliceRef("a", (0,), (4,), 16),), (SliceRef("b", (0,), (4,), 0),), (), 0, 0, (1, 2))
     layer = LayerInfo(1, "l", "noop", 7, (8, 1, 1), {}, (), (Scalar(1e-6, False), Scalar(16, True)), 0, 8, ())
     pointers = {"a": 4096, "b": 8192}
     events = (EventInfo(0, 3, (), ()), EventInfo(1, 1, (), ()), EventInfo(2, 2, (), ()))
@@ -132,5 +137,5 @@ def test_a_task_body_descriptor_has_no_wait_and_no_triggers():
     assert (f["num_triggers"], f["wait_event"], f["wait_count"], f["first_trigger"]) == (2, 0, 3, 1)
     assert f["flags"] == abi.FLAG_FIRST_TRIGGER_SINGLE and extra == [2]
     assert (a["num_triggers"], a["wait_event"], a["wait_count"], a["flags"]) == (0, contract.NO_EVENT, 0, 0)
-    assert full[names.index("scalars"):] == alone[names.index("scalars"):]  # scalars and slice pointers
+    assert full[names.index("scalars") :] == alone[names.index("scalars") :]  # scalars and slice pointers
     assert a["task_id"] == 5 and a["variant"] == 2 and a["task_type"] == 7

@@ -34,7 +34,7 @@ def sample(m: dict[str, torch.Tensor], token: int) -> None:
 
 def kv_pages(m: dict[str, torch.Tensor], slot: int) -> list[int]:
     kv = m["paged_kv_indptr_buffer"]
-    return m["paged_kv_indices_buffer"][int(kv[slot]):int(kv[slot + 1])].tolist()
+    return m["paged_kv_indices_buffer"][int(kv[slot]) : int(kv[slot + 1])].tolist()
 
 
 def test_test_mode_single_request_runs_the_graph_once():
@@ -68,8 +68,7 @@ def test_step_is_reset_at_every_launch():
 def test_chunked_prefill_and_decode_share_the_token_budget():
     """Budget 4: request 0 (prompt 3) and one token of request 1 (prompt 5); then request 0 decodes
     while request 1 continues its prefill; KV pages (size 4) are taken from the queue in order."""
-    cfg, m = setup([3, 5], max_num_batched_tokens=4, max_num_batched_requests=2, max_seq_length=16, page_size=4,
-                   max_num_pages=8)
+    cfg, m = setup([3, 5], max_num_batched_tokens=4, max_num_batched_requests=2, max_seq_length=16, page_size=4, max_num_pages=8)
     planner = BatchPlanner(cfg, m)
     tokens = m["tokens"]
 
@@ -99,8 +98,7 @@ def test_chunked_prefill_and_decode_share_the_token_budget():
 
 
 def test_slot_limit_admits_waiting_requests_when_one_finishes():
-    cfg, m = setup([1, 1, 1], max_num_batched_tokens=8, max_num_batched_requests=2, max_seq_length=2,
-                   max_num_pages=4)
+    cfg, m = setup([1, 1, 1], max_num_batched_tokens=8, max_num_batched_requests=2, max_seq_length=2, max_num_pages=4)
     planner = BatchPlanner(cfg, m)
     assert planner.prepare_next_batch(0)
     assert planner.batch == [0, 1] and m["num_new_tokens"].tolist() == [2]
@@ -139,8 +137,9 @@ def test_offline_iteration_count(prompt, seq, budget):
 
 
 def test_offline_eos_stops_after_the_prefill():
-    cfg, m = setup([5, 5], max_num_batched_tokens=2, max_num_batched_requests=2, max_seq_length=64, max_num_pages=64,
-                   eos_token_id=3)
+    cfg, m = setup(
+        [5, 5], max_num_batched_tokens=2, max_num_batched_requests=2, max_seq_length=64, max_num_pages=64, eos_token_id=3
+    )
     assert run_iterations(cfg, m, body=lambda it: sample(m, 3)) == 5  # 10 prompt tokens, 2 per iteration
     assert m["step"].tolist() == [5, 5]
 
@@ -149,8 +148,11 @@ def test_decode_without_a_free_page_raises_pages_exhausted():
     cfg, m = setup([1, 1], max_num_batched_tokens=2, max_num_batched_requests=2, max_seq_length=8, max_num_pages=2)
     planner = BatchPlanner(cfg, m)
     assert planner.prepare_next_batch(0)
-    with pytest.raises(PagesExhausted, match=r"request 0 needs 2 KV pages and the page queue is empty; raise "
-                                             r"max_num_pages \(now 2\)") as info:
+    with pytest.raises(
+        PagesExhausted,
+        match=r"request 0 needs 2 KV pages and the page queue is empty; raise "
+        r"max_num_pages \(now 2\)",
+    ) as info:
         planner.prepare_next_batch(1)
     assert isinstance(info.value, KernelError)
 
@@ -182,8 +184,12 @@ def configs(draw):
     seq = draw(st.integers(1, 12))
     requests = draw(st.integers(1, 5))
     overrides = dict(
-        max_num_batched_tokens=budget, max_num_batched_requests=draw(st.integers(1, 4)), page_size=page_size,
-        max_seq_length=seq, test_mode=draw(st.booleans()), eos_token_id=draw(st.sampled_from([-1, 3])),
+        max_num_batched_tokens=budget,
+        max_num_batched_requests=draw(st.integers(1, 4)),
+        page_size=page_size,
+        max_seq_length=seq,
+        test_mode=draw(st.booleans()),
+        eos_token_id=draw(st.sampled_from([-1, 3])),
         # at least the pages of one full chunk, so that an idle kernel can always admit a request
         max_num_pages=draw(st.integers(math.ceil(budget / page_size), 3 * math.ceil(max(budget, seq) / page_size))),
     )
@@ -205,7 +211,7 @@ def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlan
     seen: set[int] = set()
     for slot, req in enumerate(planner.batch):
         step, n = int(m["step"][req]), qo[slot + 1] - qo[slot]
-        assert torch.equal(m["input_tokens"][qo[slot]:qo[slot + 1]], m["tokens"][req, step:step + n])
+        assert torch.equal(m["input_tokens"][qo[slot] : qo[slot + 1]], m["tokens"][req, step : step + n])
         pages = kv_pages(m, slot)
         assert seen.isdisjoint(pages), (slot, pages)
         seen.update(pages)

@@ -47,16 +47,27 @@ def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, 
 
 def test_included_headers_are_found_transitively(noop_source):
     found = {str(p.relative_to(resources.CSRC)) for p in build.included_headers(noop_source)}
-    assert {"runtime/task_api.cuh", "runtime/abi.h", "runtime/config.cuh", "primitives/memory_order.cuh",
-            "runtime/host.cuh", "runtime/persistent_kernel.cuh", "tasks/common/noop.cuh", "primitives/block.cuh"} <= found
+    assert {
+        "runtime/task_api.cuh",
+        "runtime/abi.h",
+        "runtime/config.cuh",
+        "primitives/memory_order.cuh",
+        "runtime/host.cuh",
+        "runtime/persistent_kernel.cuh",
+        "tasks/common/noop.cuh",
+        "primitives/block.cuh",
+    } <= found
     assert "tasks/common/rmsnorm.cuh" not in found
 
 
-@pytest.mark.parametrize(("arch", "gencode"), [
-    ("sm80", "-gencode=arch=compute_80,code=[compute_80,sm_80]"),  # PTX too: runs on newer GPUs
-    ("sm90", "-gencode=arch=compute_90a,code=sm_90a"),
-    ("sm100", "-gencode=arch=compute_100a,code=sm_100a"),
-])
+@pytest.mark.parametrize(
+    ("arch", "gencode"),
+    [
+        ("sm80", "-gencode=arch=compute_80,code=[compute_80,sm_80]"),  # PTX too: runs on newer GPUs
+        ("sm90", "-gencode=arch=compute_90a,code=sm_90a"),
+        ("sm100", "-gencode=arch=compute_100a,code=sm_100a"),
+    ],
+)
 def test_flags_per_arch(arch, gencode):
     flags = build.flags_for(arch)
     assert gencode in flags and f"-DMPK_TARGET_SM={arch[2:]}" in flags
@@ -137,8 +148,11 @@ def test_damaged_entry_is_detected_and_rebuilt(noop_source, noop_build, monkeypa
 def test_nvcc_error_raises_build_error_with_the_compiler_output(monkeypatch, tmp_path):
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
     source = '#include "runtime/task_api.cuh"\nstatic_assert(false, "mpk test: a deliberate compile error");\n'
-    with pytest.raises(BuildError, match=r"(?s)nvcc failed \(\d+\) building .*source\.cu for sm80:\n.*"
-                                         r"mpk test: a deliberate compile error.*\ncommand: .*nvcc"):
+    with pytest.raises(
+        BuildError,
+        match=r"(?s)nvcc failed \(\d+\) building .*source\.cu for sm80:\n.*"
+        r"mpk test: a deliberate compile error.*\ncommand: .*nvcc",
+    ):
         build.build_module(source, "sm80", "broken")
     assert [p.name for p in (tmp_path / "modules").iterdir() if not p.name.endswith(".lock")] == []  # nothing published
 

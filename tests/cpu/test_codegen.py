@@ -18,8 +18,9 @@ from mpk_runtime.tasks import registry
 NOOP, RMSNORM = registry.get("noop"), registry.get("rmsnorm")
 
 
-def rmsnorm_chain(layers: int = 1, batch: int = 16, hidden: int = 4096, grid: int = 16,
-                  dtype: torch.dtype = torch.bfloat16) -> GraphBuilder:
+def rmsnorm_chain(
+    layers: int = 1, batch: int = 16, hidden: int = 4096, grid: int = 16, dtype: torch.dtype = torch.bfloat16
+) -> GraphBuilder:
     g = GraphBuilder()
     w = g.tensor("w", rows=hidden, dtype=dtype)
     ts = [g.tensor(f"x{i}", rows=batch, cols=hidden, dtype=dtype) for i in range(layers + 1)]
@@ -45,13 +46,12 @@ def includes(source: str) -> list[str]:
 
 
 def dispatcher_cases(source: str) -> list[str]:
-    body = source[source.index("execute_task("):]
+    body = source[source.index("execute_task(") :]
     return re.findall(r"^    case (\d+):", body, re.M)
 
 
 def test_only_the_used_task_headers_are_included():
-    assert includes(source_of(noop_graph())) == [
-        "runtime/task_api.cuh", "tasks/common/noop.cuh", "runtime/persistent_kernel.cuh"]
+    assert includes(source_of(noop_graph())) == ["runtime/task_api.cuh", "tasks/common/noop.cuh", "runtime/persistent_kernel.cuh"]
     g = rmsnorm_chain()
     a, b = g.tensor("a"), g.tensor("b")
     g.noop([a], [b], 1)
@@ -98,8 +98,9 @@ def test_identical_layers_share_one_dispatcher_case():
 def test_one_case_per_distinct_variant():
     g = rmsnorm_chain(layers=2)  # one variant
     fp16 = {"dtype": torch.float16}
-    g.rmsnorm(g.tensor("xh", 16, 1024, **fp16), g.tensor("wh", 1024, **fp16), g.tensor("yh", 16, 1024, **fp16),
-              grid=4)  # another: fp16, 4 rows of 1024
+    g.rmsnorm(
+        g.tensor("xh", 16, 1024, **fp16), g.tensor("wh", 1024, **fp16), g.tensor("yh", 16, 1024, **fp16), grid=4
+    )  # another: fp16, 4 rows of 1024
     a, b = g.tensor("a"), g.tensor("b")
     g.noop([a], [b], 2)  # a third
     variants, of_layer = collect_variants(g.graph)
@@ -139,12 +140,15 @@ def test_no_pointers_or_task_counts_in_the_source():
     assert source_of(rmsnorm_chain(batch=16, grid=16)) != source_of(rmsnorm_chain(batch=16, grid=8))
 
 
-@pytest.mark.parametrize(("build", "name"), [
-    (lambda: rmsnorm_chain(batch=16, grid=1), "rmsnorm_bf16_16_4096"),
-    (lambda: rmsnorm_chain(batch=16, grid=16), "rmsnorm_bf16_1_4096"),
-    (lambda: rmsnorm_chain(hidden=1024, dtype=torch.float32), "rmsnorm_fp32_1_1024"),
-    (lambda: rmsnorm_chain(hidden=1024, dtype=torch.float16), "rmsnorm_fp16_1_1024"),
-])
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: rmsnorm_chain(batch=16, grid=1), "rmsnorm_bf16_16_4096"),
+        (lambda: rmsnorm_chain(batch=16, grid=16), "rmsnorm_bf16_1_4096"),
+        (lambda: rmsnorm_chain(hidden=1024, dtype=torch.float32), "rmsnorm_fp32_1_1024"),
+        (lambda: rmsnorm_chain(hidden=1024, dtype=torch.float16), "rmsnorm_fp16_1_1024"),
+    ],
+)
 def test_module_name_is_readable(build, name):
     """Task, dtype and slice shape first (more template arguments may follow)."""
     variants, _ = collect_variants(build().graph)
@@ -161,8 +165,12 @@ def test_module_name_of_mixed_and_many_variants():
     g.noop([a], [b], 1)
     for hidden in [64, 128, 256, 512]:
         bf16 = {"dtype": torch.bfloat16}
-        g.rmsnorm(g.tensor(f"x{hidden}", 2, hidden, **bf16), g.tensor(f"w{hidden}", hidden, **bf16),
-                  g.tensor(f"y{hidden}", 2, hidden, **bf16), grid=2)
+        g.rmsnorm(
+            g.tensor(f"x{hidden}", 2, hidden, **bf16),
+            g.tensor(f"w{hidden}", hidden, **bf16),
+            g.tensor(f"y{hidden}", 2, hidden, **bf16),
+            grid=2,
+        )
     variants, _ = collect_variants(g.graph)
     name = codegen.module_name(variants)
     assert re.fullmatch(r"noop\+rmsnorm_bf16_1_64(_\w+)?\+rmsnorm_bf16_1_128(_\w+)?\+2more", name)

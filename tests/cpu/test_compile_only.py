@@ -64,7 +64,10 @@ def test_block_dim_follows_the_target(compiled):
 def test_artifacts_are_written(compiled):
     pk, out = compiled
     assert sorted(p.name for p in out.iterdir() if p.suffix in (".cu", ".json")) == [
-        "signature_rank0.json", "task_graph_rank0.json", "test_rank0.cu"]
+        "signature_rank0.json",
+        "task_graph_rank0.json",
+        "test_rank0.cu",
+    ]
     source = (out / "test_rank0.cu").read_text()
     assert source == (pk.build_result.entry / "source.cu").read_text()  # the very source that was built
     assert '#include "tasks/common/rmsnorm.cuh"' in source and f"// target: {pk.arch}" in source
@@ -127,8 +130,11 @@ def test_inout_direction_in_the_signature(make_pk, tmp_path):
 def test_block_dim_mismatch_names_the_fix(make_pk, cc, threads):
     pk = make_pk(cc)
     x, w, y = rmsnorm_tensors(pk)
-    with pytest.raises(BlockDimError, match=rf"rmsnorm_layer\(\): block_dim=\(128, 1, 1\) does not match the {threads} "
-                                            rf"worker threads of sm{cc}; pass block_dim=pk\.block_dim"):
+    with pytest.raises(
+        BlockDimError,
+        match=rf"rmsnorm_layer\(\): block_dim=\(128, 1, 1\) does not match the {threads} "
+        rf"worker threads of sm{cc}; pass block_dim=pk\.block_dim",
+    ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(16, 1, 1), block_dim=(128, 1, 1))
 
 
@@ -160,13 +166,16 @@ def test_run_before_compile(make_pk):
         rmsnorm_kernel(make_pk, 80)()
 
 
-@pytest.mark.parametrize("use", [
-    lambda pk: pk.attach_input(torch.zeros(4), name="late"),
-    lambda pk: pk.new_tensor((4,), torch.float32, name="late"),
-    lambda pk: pk.rmsnorm_layer(input=None, weight=None, output=None, grid_dim=(1, 1, 1), block_dim=pk.block_dim),
-    lambda pk: pk.compile(),
-    lambda pk: pk(),
-])
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda pk: pk.attach_input(torch.zeros(4), name="late"),
+        lambda pk: pk.new_tensor((4,), torch.float32, name="late"),
+        lambda pk: pk.rmsnorm_layer(input=None, weight=None, output=None, grid_dim=(1, 1, 1), block_dim=pk.block_dim),
+        lambda pk: pk.compile(),
+        lambda pk: pk(),
+    ],
+)
 def test_use_after_finalize(make_pk, use):
     pk = rmsnorm_kernel(make_pk, 80)
     pk.finalize()
@@ -184,10 +193,13 @@ def test_weight_of_the_wrong_shape(make_pk):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
 
 
-@pytest.mark.parametrize(("x_shape", "y_shape", "message"), [
-    ((16, 4096), (16, 2048), r"output must have input's shape \(16, 4096\), got \(16, 2048\)"),
-    ((2, 8, 4096), (2, 8, 4096), r"input must be \(batch, hidden\), got shape \(2, 8, 4096\)"),
-])
+@pytest.mark.parametrize(
+    ("x_shape", "y_shape", "message"),
+    [
+        ((16, 4096), (16, 2048), r"output must have input's shape \(16, 4096\), got \(16, 2048\)"),
+        ((2, 8, 4096), (2, 8, 4096), r"input must be \(batch, hidden\), got shape \(2, 8, 4096\)"),
+    ],
+)
 def test_input_and_output_shapes(make_pk, x_shape, y_shape, message):
     pk = make_pk(90)
     x = pk.attach_input(torch.zeros(x_shape, dtype=torch.bfloat16), name="x")
@@ -232,8 +244,11 @@ def test_task_without_a_body_for_the_arch(make_pk, monkeypatch):
     monkeypatch.setattr(registry.get("rmsnorm"), "headers", {"sm80": "common/rmsnorm.cuh"})
     pk = make_pk(90)
     x, w, y = rmsnorm_tensors(pk)
-    with pytest.raises(ConfigError, match=r"task 'rmsnorm' has no body for sm90; it supports sm80\. Build for one of "
-                                          r"those \(target_cc\) or add csrc/tasks/sm90/rmsnorm\.cuh"):
+    with pytest.raises(
+        ConfigError,
+        match=r"task 'rmsnorm' has no body for sm90; it supports sm80\. Build for one of "
+        r"those \(target_cc\) or add csrc/tasks/sm90/rmsnorm\.cuh",
+    ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
 
 
@@ -245,8 +260,11 @@ def test_module_name_of_the_rmsnorm_graph(make_pk):
 
 
 def test_running_kernel_needs_a_gpu():
-    with pytest.raises(DeviceError, match=r"PersistentKernel needs a CUDA GPU and torch sees none .*pass "
-                                          r"compile_only=True and target_cc=80, 90 or 100"):
+    with pytest.raises(
+        DeviceError,
+        match=r"PersistentKernel needs a CUDA GPU and torch sees none .*pass "
+        r"compile_only=True and target_cc=80, 90 or 100",
+    ):
         mpk.PersistentKernel(**mpk.PersistentKernel.get_default_init_parameters())
 
 
@@ -270,5 +288,6 @@ def test_graph_of_several_variants_builds(make_pk):
     m = Module(pk.build_result.path)
     used = {"noop", "rmsnorm"}
     assert {s.name: m.task_type_name(s.opcode) for s in registry.all_specs()} == {
-        s.name: (s.name if s.name in used else None) for s in registry.all_specs()}
+        s.name: (s.name if s.name in used else None) for s in registry.all_specs()
+    }
     assert pk.build_result.entry.name.startswith("rmsnorm_fp32_1_1000")

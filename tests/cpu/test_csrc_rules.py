@@ -13,6 +13,11 @@ ASM = re.compile(r"\basm\b")
 
 
 def test_inline_ptx_only_in_primitives():
-    outside = [f"{p.relative_to(CSRC)}:{n}" for p in SOURCES if p.parent != CSRC / "primitives"
-               for n, line in enumerate(p.read_text().splitlines(), 1) if ASM.search(line)]
+    outside = [
+        f"{p.relative_to(CSRC)}:{n}"
+        for p in SOURCES
+        if p.parent != CSRC / "primitives"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if ASM.search(line)
+    ]
     assert not outside, f"asm outside csrc/primitives/ (wrap it in a primitive there): {', '.join(outside)}"

@@ -22,8 +22,14 @@ FIELDS = [name for name, fmt in abi.TASK_DESC_FIELDS for _ in range(int(fmt[:-1]
 
 def build(g: GraphBuilder, workers: int = 2) -> tuple[DeviceGraph, CompiledGraph, dict[str, torch.Tensor]]:
     """(the device graph, its compiled graph, its tensors) of ``g`` dealt round robin."""
-    p = params.parse({**mpk.PersistentKernel.get_default_init_parameters(), "num_workers": workers,
-                      "placement": "round_robin", "watchdog_timeout": 2.5})
+    p = params.parse(
+        {
+            **mpk.PersistentKernel.get_default_init_parameters(),
+            "num_workers": workers,
+            "placement": "round_robin",
+            "watchdog_timeout": 2.5,
+        }
+    )
     graph = compile_graph(g.graph, workers)
     tensors = {name: t.data for name, t in g.graph.tensors.items()}
     m = meta.build(p, CPU)
@@ -47,7 +53,7 @@ def descriptors(dg: DeviceGraph) -> dict[int, dict]:
     """Task id -> its unpacked descriptor fields."""
     out = {}
     for slot in range(len(dg.order)):
-        raw = bytes(dg.tasks[slot * 128:(slot + 1) * 128].tolist())
+        raw = bytes(dg.tasks[slot * 128 : (slot + 1) * 128].tolist())
         values = abi.TASK_DESC.unpack(raw)
         d: dict = {}
         for name, v in zip(FIELDS, values):

@@ -27,8 +27,9 @@ def fan_in_view(width: int = 2) -> diagnostics.ScheduleView:
 
 
 def record(view, iteration: int, lid: int, status: list[list[int]], progress: list[int]) -> list[dict]:
-    return diagnostics.watchdog_record(view, iteration, lid, torch.tensor(status, dtype=torch.int32),
-                                       torch.tensor(progress, dtype=torch.int64))
+    return diagnostics.watchdog_record(
+        view, iteration, lid, torch.tensor(status, dtype=torch.int32), torch.tensor(progress, dtype=torch.int64)
+    )
 
 
 def test_view_of_the_fan_in():
@@ -39,8 +40,17 @@ def test_view_of_the_fan_in():
 
 def test_record_names_the_stuck_task_its_event_and_the_missing_producer():
     rec = record(fan_in_view(), iteration=0, lid=1, status=[[2, 1], NOT_WAITING], progress=[1, 0])
-    assert rec == [{"worker": 0, "task": 2, "label": "noop_1[0]", "event": 0, "producers": 2, "finished": 1,
-                    "missing": [{"task": 1, "label": "noop_0[1]", "worker": 1}]}]
+    assert rec == [
+        {
+            "worker": 0,
+            "task": 2,
+            "label": "noop_1[0]",
+            "event": 0,
+            "producers": 2,
+            "finished": 1,
+            "missing": [{"task": 1, "label": "noop_0[1]", "worker": 1}],
+        }
+    ]
 
 
 def test_progress_of_earlier_iterations_is_discounted():
@@ -62,8 +72,7 @@ def test_message_names_task_event_and_producers():
     text = diagnostics.format_watchdog(rec, iteration=0, idle_ns=5_200_000_000, timeout=5.0)
     assert text.splitlines() == [
         "watchdog: nothing progressed for 5.20 s (watchdog_timeout=5.0 s) in iteration 0; the launch was stopped.",
-        "  worker 0 waits in task 2 noop_1[0] on event 0: 1 of 2 producers finished; still missing task 1 "
-        "noop_0[1] (worker 1)",
+        "  worker 0 waits in task 2 noop_1[0] on event 0: 1 of 2 producers finished; still missing task 1 noop_0[1] (worker 1)",
     ]
 
 
@@ -72,8 +81,7 @@ def test_message_when_every_producer_finished():
     rec = record(fan_in_view(), iteration=0, lid=1, status=[[2, 1], NOT_WAITING], progress=[1, 1])
     assert rec[0]["missing"] == [] and rec[0]["finished"] == 2
     text = diagnostics.format_watchdog(rec, iteration=0, idle_ns=6_000_000_000, timeout=5.0)
-    assert "2 of 2 producers finished; all producers finished, yet the count is short: the event's target is " \
-           "unreachable" in text
+    assert "2 of 2 producers finished; all producers finished, yet the count is short: the event's target is unreachable" in text
 
 
 def test_message_caps_the_missing_list():
@@ -114,11 +122,14 @@ def test_watchdog_status_becomes_a_watchdog_error_with_the_record():
 def test_pages_exhausted_status():
     err = diagnostics.status_error(status(contract.STATUS_PAGES_EXHAUSTED, 4, (2, 5, 3)), 1, None)
     assert type(err) is KernelError
-    assert str(err) == ("launch 1: prepare_next_batch ran out of KV pages in iteration 4: request 2 needs 5 pages and "
-                        "holds 3, and the page queue is empty; raise max_num_pages")
+    assert str(err) == (
+        "launch 1: prepare_next_batch ran out of KV pages in iteration 4: request 2 needs 5 pages and "
+        "holds 3, and the page queue is empty; raise max_num_pages"
+    )
 
 
 def test_skipped_and_unknown_status():
     assert "launch 2 did not run: an earlier launch stopped half-way" in str(
-        diagnostics.status_error(status(contract.STATUS_SKIPPED), 2, None))
+        diagnostics.status_error(status(contract.STATUS_SKIPPED), 2, None)
+    )
     assert str(diagnostics.status_error(status(99), 5, None)) == "launch 5 ended with unknown status 99"

@@ -8,11 +8,22 @@ import pytest
 import mpk_runtime as mpk
 
 BUILTIN_OF = {
-    "ConfigError": ValueError, "BlockDimError": ValueError, "GridError": ValueError, "ShapeError": ValueError,
-    "DTypeError": TypeError, "LayoutError": ValueError, "DeviceError": RuntimeError,
-    "NameConflictError": ValueError, "ArityError": ValueError, "GraphError": ValueError,
-    "MetaTensorError": ValueError, "StateError": RuntimeError, "BuildError": RuntimeError,
-    "CoResidencyError": RuntimeError, "KernelError": RuntimeError, "WatchdogError": RuntimeError,
+    "ConfigError": ValueError,
+    "BlockDimError": ValueError,
+    "GridError": ValueError,
+    "ShapeError": ValueError,
+    "DTypeError": TypeError,
+    "LayoutError": ValueError,
+    "DeviceError": RuntimeError,
+    "NameConflictError": ValueError,
+    "ArityError": ValueError,
+    "GraphError": ValueError,
+    "MetaTensorError": ValueError,
+    "StateError": RuntimeError,
+    "BuildError": RuntimeError,
+    "CoResidencyError": RuntimeError,
+    "KernelError": RuntimeError,
+    "WatchdogError": RuntimeError,
 }
 
 

@@ -17,8 +17,9 @@ from mpk_runtime.tasks import registry
 def rmsnorm_graph(batch: int = 8, hidden: int = 64, grid: int = 4) -> TaskGraph:
     g = GraphBuilder()
     bf16 = {"dtype": torch.bfloat16}
-    g.rmsnorm(g.tensor("x", batch, hidden, **bf16), g.tensor("w", hidden, **bf16), g.tensor("y", batch, hidden, **bf16),
-              grid=grid)
+    g.rmsnorm(
+        g.tensor("x", batch, hidden, **bf16), g.tensor("w", hidden, **bf16), g.tensor("y", batch, hidden, **bf16), grid=grid
+    )
     return g.graph
 
 
@@ -143,8 +144,13 @@ def test_in_place_layer_orders_after_readers_and_writers():
 @st.composite
 def noop_programs(draw):
     """Layers over 3 tensors of 8 rows: random inputs, one random output, width 1, 2, 4 or 8."""
-    return draw(st.lists(st.tuples(st.sets(st.integers(0, 2), min_size=1, max_size=2), st.integers(0, 2),
-                                   st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=8))
+    return draw(
+        st.lists(
+            st.tuples(st.sets(st.integers(0, 2), min_size=1, max_size=2), st.integers(0, 2), st.sampled_from([1, 2, 4, 8])),
+            min_size=1,
+            max_size=8,
+        )
+    )
 
 
 @given(program=noop_programs())
@@ -157,8 +163,13 @@ def test_dependencies_are_exactly_the_overlapping_hazards(program):
         g.noop([ts[i] for i in sorted(ins)], [ts[out]], width)
     accesses = [[(s, False) for s in t.reads] + [(s, True) for s in t.writes] for t in g.graph.tasks]
     for j, tj in enumerate(g.graph.tasks):
-        want = {i for i in range(j) for si, wi in accesses[i] for sj, wj in accesses[j]
-                if si.tensor is sj.tensor and (wi or wj) and si.region.overlaps(sj.region)}
+        want = {
+            i
+            for i in range(j)
+            for si, wi in accesses[i]
+            for sj, wj in accesses[j]
+            if si.tensor is sj.tensor and (wi or wj) and si.region.overlaps(sj.region)
+        }
         assert set(tj.deps) == want, (j, tj.deps, want)
         assert all(p < j for p in tj.deps)  # program order is a topological order
 
@@ -178,4 +189,7 @@ def test_graph_json_describes_tensors_and_layers():
     assert layer["template_args"][:3] == ["__nv_bfloat16", "2", "64"]  # dtype, rows per task, hidden
     assert layer["values"] == {"eps": 1e-6}
     assert [(a["name"], a["partition"], a["direction"]) for a in layer["args"]] == [
-        ("input", "dim 0 by grid x", "IN"), ("weight", "whole", "IN"), ("output", "dim 0 by grid x", "OUT")]
+        ("input", "dim 0 by grid x", "IN"),
+        ("weight", "whole", "IN"),
+        ("output", "dim 0 by grid x", "OUT"),
+    ]

@@ -17,8 +17,11 @@ def int_tensors(pk, n: int, rows: int = 8, prefix: str = "t"):
 def test_grid_not_dividing_a_dim_suggests_divisors(make_pk):
     pk = make_pk()
     x, w, y = rmsnorm_tensors(pk, batch=16, hidden=64)
-    with pytest.raises(GridError, match=r"rmsnorm_0: grid_dim x=3 does not divide dim 0 \(size 16\) of 'input' "
-                                        r"\(rmsnorm splits input's dim 0 by grid x\); use a divisor of 16, e\.g\. 16, 8"):
+    with pytest.raises(
+        GridError,
+        match=r"rmsnorm_0: grid_dim x=3 does not divide dim 0 \(size 16\) of 'input' "
+        r"\(rmsnorm splits input's dim 0 by grid x\); use a divisor of 16, e\.g\. 16, 8",
+    ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(3, 1, 1), block_dim=pk.block_dim)
 
 
@@ -34,18 +37,25 @@ def test_grid_axis_that_splits_nothing(make_pk, grid, axis):
     pk = make_pk()
     x, w, y = rmsnorm_tensors(pk, batch=16, hidden=64)
     a = axis[0]
-    with pytest.raises(GridError, match=rf"grid_dim {axis}, but rmsnorm splits nothing along {a}: every task would do "
-                                        rf"the same work; use {a}=1"):
+    with pytest.raises(
+        GridError,
+        match=rf"grid_dim {axis}, but rmsnorm splits nothing along {a}: every task would do "
+        rf"the same work; use {a}=1",
+    ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=grid, block_dim=pk.block_dim)
 
 
-@pytest.mark.parametrize("grid", [(16, 1), (16, 1, 1, 1), (0, 1, 1), (-1, 1, 1), (16.0, 1, 1), (True, 1, 1), 16,
-                                  "16", (65536, 1, 1), None])
+@pytest.mark.parametrize(
+    "grid", [(16, 1), (16, 1, 1, 1), (0, 1, 1), (-1, 1, 1), (16.0, 1, 1), (True, 1, 1), 16, "16", (65536, 1, 1), None]
+)
 def test_malformed_grid_dim(make_pk, grid):
     pk = make_pk()
     x, w, y = rmsnorm_tensors(pk, batch=16, hidden=64)
-    with pytest.raises(GridError, match=r"rmsnorm_layer\(\): grid_dim=.* must be three integers in \[1, 65535\], "
-                                        r"e\.g\. grid_dim=\(16, 1, 1\)"):
+    with pytest.raises(
+        GridError,
+        match=r"rmsnorm_layer\(\): grid_dim=.* must be three integers in \[1, 65535\], "
+        r"e\.g\. grid_dim=\(16, 1, 1\)",
+    ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=grid, block_dim=pk.block_dim)
 
 
@@ -58,16 +68,22 @@ def test_grid_dim_may_be_a_list(make_pk):
 
 def test_non_contiguous_tensor(make_pk):
     pk = make_pk()
-    with pytest.raises(LayoutError, match=r"tensor 'xt' with shape \(64, 16\) and strides \(1, 64\) is not contiguous; "
-                                          r"pass tensor\.contiguous\(\)"):
+    with pytest.raises(
+        LayoutError,
+        match=r"tensor 'xt' with shape \(64, 16\) and strides \(1, 64\) is not contiguous; "
+        r"pass tensor\.contiguous\(\)",
+    ):
         pk.attach_input(torch.zeros(16, 64).t(), name="xt")
 
 
 def test_duplicate_name(make_pk):
     pk = make_pk()
     pk.attach_input(torch.zeros(4), name="x")
-    with pytest.raises(NameConflictError, match=r"a tensor named 'x' is already attached \(DTensor\('x', shape=\(4,\), "
-                                                r"dtype=fp32\)\); give each tensor a unique name"):
+    with pytest.raises(
+        NameConflictError,
+        match=r"a tensor named 'x' is already attached \(DTensor\('x', shape=\(4,\), "
+        r"dtype=fp32\)\); give each tensor a unique name",
+    ):
         pk.attach_input(torch.zeros(4), name="x")
 
 
@@ -102,10 +118,14 @@ def test_unsupported_dtype_is_named(make_pk):
 def test_plain_torch_tensor_passed_to_a_layer(make_pk):
     pk = make_pk()
     x, w, y = rmsnorm_tensors(pk, batch=16, hidden=64)
-    with pytest.raises(GraphError, match=r"rmsnorm_layer\(\): argument 'weight' is a plain torch\.Tensor; attach it "
-                                         r"first: weight = pk\.attach_input\(tensor, name='weight'\)"):
-        pk.rmsnorm_layer(input=x, weight=torch.ones(64, dtype=torch.bfloat16), output=y, grid_dim=(16, 1, 1),
-                         block_dim=pk.block_dim)
+    with pytest.raises(
+        GraphError,
+        match=r"rmsnorm_layer\(\): argument 'weight' is a plain torch\.Tensor; attach it "
+        r"first: weight = pk\.attach_input\(tensor, name='weight'\)",
+    ):
+        pk.rmsnorm_layer(
+            input=x, weight=torch.ones(64, dtype=torch.bfloat16), output=y, grid_dim=(16, 1, 1), block_dim=pk.block_dim
+        )
 
 
 def test_non_tensor_argument(make_pk):
@@ -166,8 +186,11 @@ def test_compile_with_no_layers(make_pk):
 def test_eight_inputs_is_an_arity_error(make_pk):
     pk = make_pk()
     *ins, out = int_tensors(pk, 9)
-    with pytest.raises(ArityError, match=r"noop_0: 8 inputs and 1 outputs per task; a task carries at most 7 inputs "
-                                         r"and 3 outputs\. Split the layer in two"):
+    with pytest.raises(
+        ArityError,
+        match=r"noop_0: 8 inputs and 1 outputs per task; a task carries at most 7 inputs "
+        r"and 3 outputs\. Split the layer in two",
+    ):
         pk.noop_layer(ins, [out], grid_dim=(1, 1, 1), block_dim=pk.block_dim)
 
 
@@ -240,6 +263,9 @@ def test_probe_slices_must_have_one_size(make_pk):
     a = pk.attach_input(torch.zeros(8, dtype=torch.int32), name="a")
     b = pk.attach_input(torch.zeros(16, dtype=torch.int32), name="b")
     (c,) = int_tensors(pk, 1, prefix="c")
-    with pytest.raises(ShapeError, match=r"noop\(probe=True\): every input slice must have the same size; got "
-                                         r"inputs\[0\]: 1, inputs\[1\]: 2"):
+    with pytest.raises(
+        ShapeError,
+        match=r"noop\(probe=True\): every input slice must have the same size; got "
+        r"inputs\[0\]: 1, inputs\[1\]: 2",
+    ):
         pk.noop_layer([a, b], [c], grid_dim=(8, 1, 1), block_dim=pk.block_dim, probe=True)

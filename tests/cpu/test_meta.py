@@ -25,10 +25,16 @@ def build(**overrides) -> dict[str, torch.Tensor]:
 
 def expected_shapes(requests: int, t: int = 6, r: int = 3, pages: int = 7, seq: int = 1500) -> dict:
     return {
-        "tokens": ((requests, seq), I64), "step": ((requests,), I32), "prompt_lengths": ((requests,), I32),
-        "input_tokens": ((t,), I64), "output_tokens": ((t,), I64), "num_new_tokens": ((1,), I32),
-        "qo_indptr_buffer": ((r + 1,), I32), "paged_kv_indptr_buffer": ((r + 1,), I32),
-        "paged_kv_indices_buffer": ((pages,), I32), "paged_kv_last_page_len_buffer": ((r,), I32),
+        "tokens": ((requests, seq), I64),
+        "step": ((requests,), I32),
+        "prompt_lengths": ((requests,), I32),
+        "input_tokens": ((t,), I64),
+        "output_tokens": ((t,), I64),
+        "num_new_tokens": ((1,), I32),
+        "qo_indptr_buffer": ((r + 1,), I32),
+        "paged_kv_indptr_buffer": ((r + 1,), I32),
+        "paged_kv_indices_buffer": ((pages,), I32),
+        "paged_kv_last_page_len_buffer": ((r,), I32),
     }
 
 
@@ -56,7 +62,8 @@ def test_default_contents_are_useful():
 def test_defaults_of_the_default_parameters():
     m = build()
     assert {n: tuple(t.shape) for n, t in m.items()} == {
-        n: s for n, (s, _) in expected_shapes(requests=1, t=1, r=1, pages=1, seq=1).items()}
+        n: s for n, (s, _) in expected_shapes(requests=1, t=1, r=1, pages=1, seq=1).items()
+    }
     assert m["tokens"].tolist() == [[1]] and m["prompt_lengths"].tolist() == [1]
 
 
@@ -74,10 +81,12 @@ def test_total_num_requests_defaults_to_one():
 
 
 def test_tokens_and_prompt_lengths_must_agree_on_the_request_count():
-    with pytest.raises(MetaTensorError, match=r"'prompt_lengths' has shape \(3,\); with these parameters it must be "
-                                              r"\(2,\) \(total_num_requests\)"):
-        build(**SIZES, meta_tensors={"tokens": torch.ones(2, 1500, dtype=I64),
-                                     "prompt_lengths": torch.ones(3, dtype=I32)})
+    with pytest.raises(
+        MetaTensorError,
+        match=r"'prompt_lengths' has shape \(3,\); with these parameters it must be "
+        r"\(2,\) \(total_num_requests\)",
+    ):
+        build(**SIZES, meta_tensors={"tokens": torch.ones(2, 1500, dtype=I64), "prompt_lengths": torch.ones(3, dtype=I32)})
 
 
 def test_unknown_meta_tensor_suggests_the_close_name():
@@ -95,8 +104,9 @@ def test_meta_tensor_must_be_a_tensor():
         build(meta_tensors={"step": [0]})
 
 
-@pytest.mark.parametrize(("name", "shape", "wrong"), [
-    ("tokens", (1, 1500), I32), ("step", (1,), I64), ("qo_indptr_buffer", (4,), torch.float32)])
+@pytest.mark.parametrize(
+    ("name", "shape", "wrong"), [("tokens", (1, 1500), I32), ("step", (1,), I64), ("qo_indptr_buffer", (4,), torch.float32)]
+)
 def test_wrong_dtype_names_the_conversion(name, shape, wrong):
     right = expected_shapes(1)[name][1]
     with pytest.raises(MetaTensorError, match=rf"'{name}' has dtype {wrong}; it must be {right}: pass t.to\({right}\)"):
@@ -140,8 +150,11 @@ def test_strided_1d_override_is_rejected():
 @pytest.mark.parametrize("length", [0, -1, 1501])
 def test_prompt_lengths_out_of_range(length):
     lengths = torch.tensor([5, length], dtype=I32)
-    with pytest.raises(MetaTensorError, match=rf"prompt_lengths\[1\] = {length} must be in \[1, max_seq_length=1500\]"
-                                              r".*raise max_seq_length or shorten the prompt"):
+    with pytest.raises(
+        MetaTensorError,
+        match=rf"prompt_lengths\[1\] = {length} must be in \[1, max_seq_length=1500\]"
+        r".*raise max_seq_length or shorten the prompt",
+    ):
         build(**SIZES, meta_tensors={"prompt_lengths": lengths})
 
 
@@ -151,15 +164,21 @@ def test_prompt_as_long_as_the_row_is_accepted():
 
 
 def test_default_prompt_longer_than_max_seq_length():
-    with pytest.raises(ConfigError, match=r"default prompt is max_num_batched_tokens=8 tokens long, which does not fit "
-                                          r"max_seq_length=4; set params\['max_seq_length'\] >= 8"):
+    with pytest.raises(
+        ConfigError,
+        match=r"default prompt is max_num_batched_tokens=8 tokens long, which does not fit "
+        r"max_seq_length=4; set params\['max_seq_length'\] >= 8",
+    ):
         build(max_num_batched_tokens=8, max_seq_length=4, max_num_pages=8)
 
 
 def test_test_mode_page_shortage_names_the_pages_needed():
     """The first prefill (8 tokens, pages of 2) needs 4 pages; 3 exist."""
-    with pytest.raises(ConfigError, match=r"request 0: its first prefill chunk of 8 tokens needs 4 KV pages of page_size=2, "
-                                          r"but max_num_pages=3; set params\['max_num_pages'\] >= 4"):
+    with pytest.raises(
+        ConfigError,
+        match=r"request 0: its first prefill chunk of 8 tokens needs 4 KV pages of page_size=2, "
+        r"but max_num_pages=3; set params\['max_num_pages'\] >= 4",
+    ):
         build(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=3)
 
 

@@ -79,8 +79,16 @@ def test_bad_mode_names_the_supported_one():
         parse(mode="online")
 
 
-INT_PARAMS = ["world_size", "num_workers", "max_num_batched_tokens", "max_num_batched_requests", "max_num_pages",
-              "page_size", "max_seq_length", "num_local_schedulers"]
+INT_PARAMS = [
+    "world_size",
+    "num_workers",
+    "max_num_batched_tokens",
+    "max_num_batched_requests",
+    "max_num_pages",
+    "page_size",
+    "max_seq_length",
+    "num_local_schedulers",
+]
 
 
 @pytest.mark.parametrize("name", INT_PARAMS)
@@ -144,8 +152,11 @@ def test_running_without_a_gpu_needs_target_cc(flag):
 
 
 def test_compile_only_and_emulate_exclude_each_other():
-    with pytest.raises(ConfigError, match=r"compile_only=True builds without running and emulate=True runs on the CPU; "
-                                          r"choose one"):
+    with pytest.raises(
+        ConfigError,
+        match=r"compile_only=True builds without running and emulate=True runs on the CPU; "
+        r"choose one",
+    ):
         parse(compile_only=True, emulate=True, target_cc=80)
 
 

@@ -103,13 +103,19 @@ def noop_dags(draw):
     return g.graph
 
 
-@given(graph=noop_dags(), policy=st.sampled_from(POLICIES), workers=st.integers(1, 6), iterations=st.integers(1, 3),
-       rng=st.randoms(use_true_random=False))
+@given(
+    graph=noop_dags(),
+    policy=st.sampled_from(POLICIES),
+    workers=st.integers(1, 6),
+    iterations=st.integers(1, 3),
+    rng=st.randoms(use_true_random=False),
+)
 def test_protocol_never_deadlocks_and_respects_dependencies(graph, policy, workers, iterations, rng):
     s = build_schedule(graph, workers, policy)
     log = simulate(graph, s, iterations, rng)
     assert sorted((t, i) for kind, t, i in log if kind == "finish") == [
-        (t, i) for t in range(len(graph.tasks)) for i in range(iterations)]
+        (t, i) for t in range(len(graph.tasks)) for i in range(iterations)
+    ]
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -48,8 +48,11 @@ class FakeModule:
 
 def test_co_residency_error_names_the_numbers_and_the_fix():
     launch = LaunchConfig(num_workers=140, num_schedulers=4, watchdog_timeout=5.0)
-    with pytest.raises(CoResidencyError, match=r"num_workers=140 worker CTAs \+ 1 scheduler CTA\(s\) = 141 CTAs must all "
-                                               r"be resident, but only 1 fit per SM x 132 SMs = 132 .* use num_workers <= "
-                                               r"131 \(mpk_runtime.get_configurations_from_gpu gives a fitting pair\)"):
+    with pytest.raises(
+        CoResidencyError,
+        match=r"num_workers=140 worker CTAs \+ 1 scheduler CTA\(s\) = 141 CTAs must all "
+        r"be resident, but only 1 fit per SM x 132 SMs = 132 .* use num_workers <= "
+        r"131 \(mpk_runtime.get_configurations_from_gpu gives a fitting pair\)",
+    ):
         check_co_residency(FakeModule(per_sm=1, sms=132), 0, launch, 256)
     check_co_residency(FakeModule(per_sm=2, sms=132), 0, launch, 256)  # 141 <= 264: fits

@@ -50,16 +50,22 @@ def scene(cases: list[tuple[str, str]]) -> str:
 
 
 def test_under_xdist_the_worker_is_replaced_and_the_rest_runs(pytester: pytest.Pytester) -> None:
-    cases = [(f"ok{i}", "none") for i in range(3)] + [("kernel_fault", "kernel")] + \
-            [(f"ok{i}", "none") for i in range(3, 6)] + [("torch_fault", "torch")] + [("ok6", "none")]
+    cases = (
+        [(f"ok{i}", "none") for i in range(3)]
+        + [("kernel_fault", "kernel")]
+        + [(f"ok{i}", "none") for i in range(3, 6)]
+        + [("torch_fault", "torch")]
+        + [("ok6", "none")]
+    )
     pytester.makepyfile(test_faults=scene(cases))
     result = pytester.runpytest_subprocess("-p", "mpk", "-n", "2", "-rf", "--mpk-backend", "gpu")
     result.assert_outcomes(passed=7, failed=2)
     out = result.stdout.str()
     assert out.count("replacing crashed worker") == 2, out
     assert "crashed while running" not in out, out
-    result.stdout.fnmatch_lines(["*illegal memory access*",
-                                 "*the CUDA context of this worker is lost: pytest-xdist replaces the worker*"])
+    result.stdout.fnmatch_lines(
+        ["*illegal memory access*", "*the CUDA context of this worker is lost: pytest-xdist replaces the worker*"]
+    )
     result.stdout.fnmatch_lines(["*device-side assert*"])
     result.stdout.fnmatch_lines(["*mpk backends: 9 gpu*"])
 
@@ -68,8 +74,12 @@ def test_without_xdist_later_gpu_cases_fail_with_the_reason(pytester: pytest.Pyt
     pytester.makepyfile(test_faults=scene([("ok0", "none"), ("kernel_fault", "kernel"), ("ok1", "none")]))
     result = pytester.runpytest_subprocess("-p", "mpk", "-rf", "--mpk-backend", "gpu")
     result.assert_outcomes(passed=1, failed=2)
-    result.stdout.fnmatch_lines([
-        "*illegal memory access*",
-        "*the CUDA context of this process is lost: later GPU cases of this run fail without running*",
-        "*not run: the CUDA context of this process was lost in " + glob.escape("test_faults.py::TestFaults::kernel_fault[")
-        + "*; with pytest-xdist (-n) that worker is replaced and this case runs elsewhere"])
+    result.stdout.fnmatch_lines(
+        [
+            "*illegal memory access*",
+            "*the CUDA context of this process is lost: later GPU cases of this run fail without running*",
+            "*not run: the CUDA context of this process was lost in "
+            + glob.escape("test_faults.py::TestFaults::kernel_fault[")
+            + "*; with pytest-xdist (-n) that worker is replaced and this case runs elsewhere",
+        ]
+    )

@@ -40,18 +40,25 @@ def test_default_meta_single_request(make_pk):
     assert_meta_equal(pk, expected)
 
 
-@pytest.mark.parametrize("prompts,budget,slots", [
-    ([16, 8, 32, 4], 64, 4),  # all four fit
-    ([16, 8, 32, 4], 40, 4),  # the third is a partial prefill chunk
-    ([5, 7, 3], 64, 2),  # only two slots
-])
+@pytest.mark.parametrize(
+    "prompts,budget,slots",
+    [
+        ([16, 8, 32, 4], 64, 4),  # all four fit
+        ([16, 8, 32, 4], 40, 4),  # the third is a partial prefill chunk
+        ([5, 7, 3], 64, 2),  # only two slots
+    ],
+)
 def test_multi_request_batches(make_pk, prompts, budget, slots):
     max_seq = 48
     tokens = torch.randint(1, 30000, (len(prompts), max_seq), dtype=torch.int64, device="cuda")
-    pk = make_pk(max_num_batched_tokens=budget, max_num_batched_requests=slots, max_seq_length=max_seq,
-                 max_num_pages=32, page_size=4,
-                 meta_tensors={"tokens": tokens,
-                               "prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")})
+    pk = make_pk(
+        max_num_batched_tokens=budget,
+        max_num_batched_requests=slots,
+        max_seq_length=max_seq,
+        max_num_pages=32,
+        page_size=4,
+        meta_tensors={"tokens": tokens, "prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")},
+    )
     noop_graph(pk)
     expected, _ = model_run(pk)
     pk()
@@ -65,9 +72,15 @@ def test_offline_mode_runs_until_every_request_is_done(make_pk):
     """Production offline mode: prefill, then one decode token per iteration until the rows are full
     (no sampling task here, so output_tokens stay 0 and eos_token_id=-1 never appears)."""
     prompts = [3, 5]
-    pk = make_pk(test_mode=False, max_num_batched_tokens=8, max_num_batched_requests=2, max_seq_length=10,
-                 max_num_pages=6, page_size=4,
-                 meta_tensors={"prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")})
+    pk = make_pk(
+        test_mode=False,
+        max_num_batched_tokens=8,
+        max_num_batched_requests=2,
+        max_seq_length=10,
+        max_num_pages=6,
+        page_size=4,
+        meta_tensors={"prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")},
+    )
     noop_graph(pk)
     expected, iterations = model_run(pk)
     pk()

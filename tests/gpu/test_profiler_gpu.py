@@ -20,7 +20,7 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     pk = make_pk(profiler_tensor=prof, trace_name=str(tmp_path / "chain"))
     xs = [pk.attach_input(torch.randn(1, n, dtype=torch.bfloat16, device="cuda"), "x0")]
     for i in range(layers):
-        w = pk.attach_input(torch.randn(n, n, dtype=torch.bfloat16, device="cuda") / n ** 0.5, f"w{i}")
+        w = pk.attach_input(torch.randn(n, n, dtype=torch.bfloat16, device="cuda") / n**0.5, f"w{i}")
         xs.append(pk.attach_input(torch.empty(1, n, dtype=torch.bfloat16, device="cuda"), f"x{i + 1}"))
         pk.linear_layer(input=xs[i], weight=w, output=xs[i + 1], grid_dim=(tasks, 1, 1), block_dim=pk.block_dim)
     pk.compile()
@@ -43,8 +43,11 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     if out:  # the device run keeps a swimlane picture for docs/
         from mpk_runtime.profile import stats, swimlane
 
-        swimlane.draw(stats.read_csv(pk.profile_paths["csv"]), str(Path(out) / "swimlane_linear_chain.png"),
-                      f"10 chained linears (8192 x 8192 bf16, 128 tasks each) on {torch.cuda.get_device_name()}")
+        swimlane.draw(
+            stats.read_csv(pk.profile_paths["csv"]),
+            str(Path(out) / "swimlane_linear_chain.png"),
+            f"10 chained linears (8192 x 8192 bf16, 128 tasks each) on {torch.cuda.get_device_name()}",
+        )
     rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
     assert len(rows) == layers * tasks  # one row (a begin and its end) per task
     assert all(int(r["duration_ns"]) > 0 for r in rows)
@@ -58,8 +61,9 @@ def test_profiled_chain_of_linears(make_pk, tmp_path):
     prof_spans = decode.decode(prof.cpu(), pk.params.num_workers, pk.params.num_local_schedulers).prepare
     kernel_us = (max(p.end_ns for p in prof_spans) - min(p.begin_ns for p in prof_spans)) / 1e3
     wall_us = (max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3
-    figures = dict(per_layer_total_us=total_us, event_us=round(event_us, 1), task_wall_us=wall_us,
-                   prepare_to_prepare_us=kernel_us)
+    figures = dict(
+        per_layer_total_us=total_us, event_us=round(event_us, 1), task_wall_us=wall_us, prepare_to_prepare_us=kernel_us
+    )
     print("profiled chain:", figures)  # shown by -rA: the numbers behind the note in docs/PERFORMANCE.md
     assert abs(total_us - event_us) / event_us < 0.10, figures
     assert Path(pk.profile_paths["trace"]).stat().st_size > 0

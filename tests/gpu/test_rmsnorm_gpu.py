@@ -28,8 +28,13 @@ def test_rmsnorm_matches_reference(make_pk, target_cc, dtype, batch, hidden, tas
     x = torch.randn(batch, hidden, dtype=dtype, device="cuda")
     w = torch.randn(hidden, dtype=dtype, device="cuda")
     out = torch.full((batch, hidden), float("nan"), dtype=dtype, device="cuda")  # poisoned
-    pk.rmsnorm_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
-                     output=pk.attach_input(out, "out"), grid_dim=(tasks, 1, 1), block_dim=pk.block_dim)
+    pk.rmsnorm_layer(
+        input=pk.attach_input(x, "x"),
+        weight=pk.attach_input(w, "w"),
+        output=pk.attach_input(out, "out"),
+        grid_dim=(tasks, 1, 1),
+        block_dim=pk.block_dim,
+    )
     pk.compile()
     pk()
     pk.synchronize()
@@ -43,8 +48,13 @@ def test_running_twice_gives_the_same_result(make_pk):
     x = torch.randn(8, 2048, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(2048, dtype=torch.bfloat16, device="cuda")
     out = torch.empty_like(x)
-    pk.rmsnorm_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
-                     output=pk.attach_input(out, "out"), grid_dim=(8, 1, 1), block_dim=pk.block_dim)
+    pk.rmsnorm_layer(
+        input=pk.attach_input(x, "x"),
+        weight=pk.attach_input(w, "w"),
+        output=pk.attach_input(out, "out"),
+        grid_dim=(8, 1, 1),
+        block_dim=pk.block_dim,
+    )
     pk.compile()
     results = []
     for _ in range(2):

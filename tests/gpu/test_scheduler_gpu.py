@@ -38,8 +38,12 @@ def test_chain(make_pk, placement):
 def test_fan_out_then_fan_in(make_pk, placement):
     pk = make_pk(placement=placement)
     width = 256
-    src, mid, wide, sink = (probe_tensor(pk, "src", 1), probe_tensor(pk, "mid", width),
-                            probe_tensor(pk, "wide", width), probe_tensor(pk, "sink", 1))
+    src, mid, wide, sink = (
+        probe_tensor(pk, "src", 1),
+        probe_tensor(pk, "mid", width),
+        probe_tensor(pk, "wide", width),
+        probe_tensor(pk, "sink", 1),
+    )
     src.data.fill_(1)
     pk.noop_layer([src], [mid], grid_dim=(1, 1, 1), block_dim=pk.block_dim, probe=True)  # writes all of mid
     pk.noop_layer([mid], [wide], grid_dim=(width, 1, 1), block_dim=pk.block_dim, probe=True)  # fan-out
@@ -63,8 +67,7 @@ def test_random_dag(make_pk, placement, seed):
         ins = rng.sample(range(len(tensors)), k=min(len(tensors), rng.randint(1, 3)))
         width = rng.choice([1, 2, 4, 8])
         tensors.append(probe_tensor(pk, f"t{i}", n))
-        pk.noop_layer([tensors[j] for j in ins], [tensors[-1]], grid_dim=(width, 1, 1), block_dim=pk.block_dim,
-                      probe=True)
+        pk.noop_layer([tensors[j] for j in ins], [tensors[-1]], grid_dim=(width, 1, 1), block_dim=pk.block_dim, probe=True)
         want = torch.empty(n, dtype=torch.int32)
         for k in range(width):
             part = slice(k * n // width, (k + 1) * n // width)

@@ -21,19 +21,27 @@ def run_bodies(pk):
 
 
 @pytest.mark.parametrize("target_cc", [80, 90])
-@pytest.mark.parametrize("batch,k,n,tasks", [(1, 4096, 12288, 96), (4, 4096, 12288, 128), (16, 12288, 4096, 128),
-                                              (7, 512, 512, 4), (32, 1024, 512, 8), (3, 200, 96, 3)])
+@pytest.mark.parametrize(
+    "batch,k,n,tasks",
+    [(1, 4096, 12288, 96), (4, 4096, 12288, 128), (16, 12288, 4096, 128), (7, 512, 512, 4), (32, 1024, 512, 8), (3, 200, 96, 3)],
+)
 def test_linear_bodies(make_pk, target_cc, batch, k, n, tasks):
     pk = make_pk(target_cc=target_cc)
     x = torch.randn(batch, k, dtype=bf, device="cuda")
-    w = torch.randn(n, k, dtype=bf, device="cuda") / k ** 0.5
+    w = torch.randn(n, k, dtype=bf, device="cuda") / k**0.5
     r = torch.randn(batch, n, dtype=bf, device="cuda")
     y = torch.full((batch, n), float("nan"), dtype=bf, device="cuda")
     yr = torch.full((batch, n), float("nan"), dtype=bf, device="cuda")
     X, W = pk.attach_input(x, "x"), pk.attach_input(w, "w")
     pk.linear_layer(input=X, weight=W, output=pk.attach_input(y, "y"), grid_dim=(tasks, 1, 1), block_dim=pk.block_dim)
-    pk.linear_with_residual_layer(input=X, weight=W, residual=pk.attach_input(r, "r"), output=pk.attach_input(yr, "yr"),
-                                  grid_dim=(tasks, 1, 1), block_dim=pk.block_dim)
+    pk.linear_with_residual_layer(
+        input=X,
+        weight=W,
+        residual=pk.attach_input(r, "r"),
+        output=pk.attach_input(yr, "yr"),
+        grid_dim=(tasks, 1, 1),
+        block_dim=pk.block_dim,
+    )
     run_bodies(pk)
     torch.testing.assert_close(y, find("linear")(x, w), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(yr, find("linear_with_residual")(x, w, r), atol=2e-2, rtol=2e-2)
@@ -41,8 +49,13 @@ def test_linear_bodies(make_pk, target_cc, batch, k, n, tasks):
 
 @pytest.mark.parametrize("target_cc", [80, 90])
 def test_elementwise_bodies(make_pk, target_cc):
-    pk = make_pk(target_cc=target_cc, max_num_batched_tokens=8, max_seq_length=8, max_num_pages=8,
-                 meta_tensors={"tokens": torch.randint(0, 1000, (1, 8), dtype=torch.int64, device="cuda")})
+    pk = make_pk(
+        target_cc=target_cc,
+        max_num_batched_tokens=8,
+        max_seq_length=8,
+        max_num_pages=8,
+        meta_tensors={"tokens": torch.randint(0, 1000, (1, 8), dtype=torch.int64, device="cuda")},
+    )
     nan = float("nan")
     mid = torch.randn(8, 2 * 4096, dtype=bf, device="cuda")
     act = torch.full((8, 4096), nan, dtype=bf, device="cuda")
@@ -55,17 +68,21 @@ def test_elementwise_bodies(make_pk, target_cc):
     x, nw = torch.randn(8, 1024, dtype=bf, device="cuda"), torch.randn(1024, dtype=bf, device="cuda")
     xn = torch.full((8, 1024), nan, dtype=bf, device="cuda")
     bd = pk.block_dim
-    pk.silu_mul_layer(input=pk.attach_input(mid, "mid"), output=pk.attach_input(act, "act"), grid_dim=(32, 1, 1),
-                      block_dim=bd)
+    pk.silu_mul_layer(input=pk.attach_input(mid, "mid"), output=pk.attach_input(act, "act"), grid_dim=(32, 1, 1), block_dim=bd)
     ids = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
-    pk.embed_layer(input=ids, weight=pk.attach_input(table, "table"), output=pk.attach_input(emb, "emb"),
-                   grid_dim=(8, 1, 1), block_dim=bd)
+    pk.embed_layer(
+        input=ids, weight=pk.attach_input(table, "table"), output=pk.attach_input(emb, "emb"), grid_dim=(8, 1, 1), block_dim=bd
+    )
     V, I = pk.attach_input(vals, "vals"), pk.attach_input(idx, "idx")
-    pk.argmax_partial_layer(input=pk.attach_input(logits, "logits"), values=V, indices=I, grid_dim=(32, 1, 1),
-                            block_dim=bd)
+    pk.argmax_partial_layer(input=pk.attach_input(logits, "logits"), values=V, indices=I, grid_dim=(32, 1, 1), block_dim=bd)
     pk.argmax_reduce_layer(values=V, indices=I, output=pk.attach_input(tok, "tok"), grid_dim=(2, 1, 1), block_dim=bd)
-    pk.rmsnorm_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(nw, "nw"), output=pk.attach_input(xn, "xn"),
-                     grid_dim=(8, 1, 1), block_dim=bd)
+    pk.rmsnorm_layer(
+        input=pk.attach_input(x, "x"),
+        weight=pk.attach_input(nw, "nw"),
+        output=pk.attach_input(xn, "xn"),
+        grid_dim=(8, 1, 1),
+        block_dim=bd,
+    )
     bodies = run_bodies(pk)
     torch.testing.assert_close(act, find("silu_mul")(mid, num_groups=32), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(emb, table[bodies.meta["input_tokens"]])
@@ -78,8 +95,13 @@ def test_out_of_range_token_is_an_error_in_bodies_and_in_the_kernel(make_pk):
     pk = make_pk(max_num_batched_tokens=4, max_seq_length=4, max_num_pages=4, meta_tensors={"tokens": tokens})
     ids = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
     out = torch.zeros(4, 64, dtype=bf, device="cuda")
-    pk.embed_layer(input=ids, weight=pk.attach_input(torch.randn(50, 64, dtype=bf, device="cuda"), "table"),
-                   output=pk.attach_input(out, "out"), grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    pk.embed_layer(
+        input=ids,
+        weight=pk.attach_input(torch.randn(50, 64, dtype=bf, device="cuda"), "table"),
+        output=pk.attach_input(out, "out"),
+        grid_dim=(2, 1, 1),
+        block_dim=pk.block_dim,
+    )
     pk.compile()
     with pytest.raises(mpk.KernelError, match=r"token id 99 is outside the vocabulary \[0, 50\) of 'table'"):
         pk()

@@ -51,8 +51,13 @@ def test_process_still_builds_and_runs_after_a_watchdog_stop(make_pk):
     x = torch.randn(4, 1024, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
     out = torch.zeros_like(x)
-    pk.rmsnorm_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
-                     output=pk.attach_input(out, "out"), grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    pk.rmsnorm_layer(
+        input=pk.attach_input(x, "x"),
+        weight=pk.attach_input(w, "w"),
+        output=pk.attach_input(out, "out"),
+        grid_dim=(4, 1, 1),
+        block_dim=pk.block_dim,
+    )
     pk.compile()
     pk()
     pk.synchronize()
@@ -79,8 +84,12 @@ def test_too_many_workers_is_an_error_before_launch(make_pk):
     pk = make_pk(num_workers=2 * sms)  # with the large shared memory below, one CTA per SM at most
     x = torch.randn(16, 4096, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(12288, 4096, dtype=torch.bfloat16, device="cuda")
-    pk.linear_layer(input=pk.attach_input(x, "x"), weight=pk.attach_input(w, "w"),
-                    output=pk.attach_input(torch.empty(16, 12288, dtype=torch.bfloat16, device="cuda"), "y"),
-                    grid_dim=(96, 1, 1), block_dim=pk.block_dim)
+    pk.linear_layer(
+        input=pk.attach_input(x, "x"),
+        weight=pk.attach_input(w, "w"),
+        output=pk.attach_input(torch.empty(16, 12288, dtype=torch.bfloat16, device="cuda"), "y"),
+        grid_dim=(96, 1, 1),
+        block_dim=pk.block_dim,
+    )
     with pytest.raises(mpk.CoResidencyError, match=f"num_workers={2 * sms}"):
         pk.compile()

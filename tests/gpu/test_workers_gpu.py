@@ -48,7 +48,8 @@ def test_one_pinned_worker_per_gpu(pytester: pytest.Pytester, monkeypatch: pytes
     assert all(len(views) == 1 for views in seen.values()), seen
     views = {worker: next(iter(v)) for worker, v in seen.items()}
     assert {worker: (visible, count) for worker, (visible, count, _) in views.items()} == {
-        f"gw{i}": (str(i), "1") for i in range(n)}
+        f"gw{i}": (str(i), "1") for i in range(n)
+    }
     assert {worker: uuid for worker, (_, _, uuid) in views.items()} == {f"gw{i}": uuid_of(i) for i in range(n)}
 
 

@@ -44,7 +44,10 @@ def test_failure_keeps_what_reproduces_it(pytester: pytest.Pytester, scenes) -> 
     torch.testing.assert_close(actual["output"] + 1.0, expected["output"])
     signature = json.loads((kept / "signature_rank0.json").read_text())
     assert [(t["name"], t["shape"], t["direction"]) for t in signature["tensors"]] == [
-        ("input", [2, 256], "IN"), ("weight", [256], "IN"), ("output", [2, 256], "OUT")]
+        ("input", [2, 256], "IN"),
+        ("weight", [256], "IN"),
+        ("output", [2, 256], "OUT"),
+    ]
     repro = (kept / "repro.txt").read_text().strip()
     result.stdout.fnmatch_lines([f"artifacts: {glob.escape(str(kept))} (*", f"repro: {glob.escape(repro)}"])
 
@@ -93,13 +96,14 @@ def test_repro_line_reruns_the_failing_item_alone(pytester: pytest.Pytester, sce
     assert command == "pytest"
     result = pytester.runpytest_inprocess(*args, "-v")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*collected 1 item", "test_scene.py::TestNorm::worse[[]sm90[]] FAILED*",
-                                 f"repro: {glob.escape(repro)}"])
+    result.stdout.fnmatch_lines(
+        ["*collected 1 item", "test_scene.py::TestNorm::worse[[]sm90[]] FAILED*", f"repro: {glob.escape(repro)}"]
+    )
 
 
 def test_repro_line_of_a_manual_case_selects_it(pytester: pytest.Pytester, scenes) -> None:
     """A manual case runs only when picked with --mpk-case, so its repro line picks it."""
-    pytester.makepyfile(test_scene=SCENE.replace('off=2.0)', 'off=2.0, manual=True)'))
+    pytester.makepyfile(test_scene=SCENE.replace("off=2.0)", "off=2.0, manual=True)"))
     pytester.runpytest_inprocess("--mpk-case", "TestNorm::worse").assert_outcomes(failed=1)
     repro = (case_dir(pytester, "worse") / "repro.txt").read_text().strip()
     pytester.runpytest_inprocess(*shlex.split(repro)[1:]).assert_outcomes(failed=1)
@@ -118,9 +122,11 @@ def test_a_fault_that_took_the_outputs_leaves_the_rest(tmp_path) -> None:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     (tmp_path / "test_rank0.cu").write_text("// generated")
-    setup = Setup(arch="sm90", backend="gpu", artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0,
-                  repro="pytest 'x.py::T::c[sm90]'")
+    setup = Setup(
+        arch="sm90", backend="gpu", artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="pytest 'x.py::T::c[sm90]'"
+    )
     saved = _save_failure(setup, {"input": torch.ones(2)}, {"output": LostOnTheGpu()}, ["output"], None)
     assert saved == ["inputs.pt", "test_rank0.cu"]
     assert _failure_text(RuntimeError("kernel fault"), setup, {"batch": 2}, saved).splitlines()[3] == (
-        f"artifacts: {tmp_path} (inputs.pt, test_rank0.cu)")
+        f"artifacts: {tmp_path} (inputs.pt, test_rank0.cu)"
+    )

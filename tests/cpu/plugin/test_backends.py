@@ -30,14 +30,16 @@ def test_without_a_gpu_cases_are_emulated(pytester: pytest.Pytester, scenes, arg
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.runpytest_inprocess("-v", *args)
     result.assert_outcomes(passed=2, failed=1, skipped=1)
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-        "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
-        "test_scene.py::TestNorm::other_arch[[]sm90[]] SKIPPED*",
-        "test_scene.py::test_plain PASSED*",
-        "backend: emulated+compiled (sm90)",
-        "*- mpk backends: 2 emulated+compiled -*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::other_arch[[]sm90[]] SKIPPED*",
+            "test_scene.py::test_plain PASSED*",
+            "backend: emulated+compiled (sm90)",
+            "*- mpk backends: 2 emulated+compiled -*",
+        ]
+    )
     result.stdout.no_fnmatch_line("*test_plain PASSED [[]*")  # a test that ran no kernel has no backend
     result.stdout.no_fnmatch_line("*[[]gpu[]]*")
 
@@ -52,17 +54,20 @@ def test_compile_only_builds_and_runs_nothing(pytester: pytest.Pytester, scenes)
     """compile-only: every case is built for its arch (even sm100 here) and reported as "compiled";
     nothing runs, so there is nothing to compare and a wrong golden cannot fail it."""
     pytester.makepyfile(test_scene=SCENE)
-    result = pytester.runpytest_inprocess("-v", "--mpk-backend", "compile-only", "--arch", "sm90", "--arch", "sm100",
-                                          "-k", "not plain", "--mpk-keep-artifacts")
+    result = pytester.runpytest_inprocess(
+        "-v", "--mpk-backend", "compile-only", "--arch", "sm90", "--arch", "sm100", "-k", "not plain", "--mpk-keep-artifacts"
+    )
     result.assert_outcomes(passed=5, skipped=1)
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]compiled[]]*",
-        "test_scene.py::TestNorm::bad[[]sm90[]] PASSED [[]compiled[]]*",
-        "test_scene.py::TestNorm::good[[]sm100[]] PASSED [[]compiled[]]*",
-        "test_scene.py::TestNorm::bad[[]sm100[]] PASSED [[]compiled[]]*",
-        "test_scene.py::TestNorm::other_arch[[]sm100[]] PASSED [[]compiled[]]*",
-        "*- mpk backends: 5 compiled -*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]compiled[]]*",
+            "test_scene.py::TestNorm::bad[[]sm90[]] PASSED [[]compiled[]]*",
+            "test_scene.py::TestNorm::good[[]sm100[]] PASSED [[]compiled[]]*",
+            "test_scene.py::TestNorm::bad[[]sm100[]] PASSED [[]compiled[]]*",
+            "test_scene.py::TestNorm::other_arch[[]sm100[]] PASSED [[]compiled[]]*",
+            "*- mpk backends: 5 compiled -*",
+        ]
+    )
     kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_good_sm100"
     assert json.loads((kept / "signature_rank0.json").read_text())["arch"] == "sm100"
 
@@ -80,8 +85,9 @@ def test_gpu_backend_without_a_gpu_fails_the_cases(pytester: pytest.Pytester, sc
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.runpytest_inprocess("-k", "good", "--mpk-backend", "gpu")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*--mpk-backend gpu cannot run sm90 here (no GPU is visible); use --mpk-backend auto "
-                                 "or emulate"])
+    result.stdout.fnmatch_lines(
+        ["*--mpk-backend gpu cannot run sm90 here (no GPU is visible); use --mpk-backend auto or emulate"]
+    )
     result.stdout.no_fnmatch_line("*mpk backends*")
 
 

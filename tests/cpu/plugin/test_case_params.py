@@ -36,8 +36,9 @@ def test_default_parameters(pytester: pytest.Pytester, scenes) -> None:
 
 
 def test_kernel_params_and_hang_timeout(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene=SCENE.replace(
-        "{KERNEL_PARAMS}", "{'max_num_pages': params['batch'] + 1, 'placement': 'round_robin'}"))
+    pytester.makepyfile(
+        test_scene=SCENE.replace("{KERNEL_PARAMS}", "{'max_num_pages': params['batch'] + 1, 'placement': 'round_robin'}")
+    )
     pytester.makeini("[pytest]\nmpk_hang_timeout = 9\n")
     pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
     params = signature_params(pytester)
@@ -51,8 +52,9 @@ def test_a_wrong_kernel_param_names_the_right_one(pytester: pytest.Pytester, sce
     pytester.makepyfile(test_scene=SCENE.replace("{KERNEL_PARAMS}", "{'max_num_pagez': 3}"))
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["ConfigError: unknown PersistentKernel parameter 'max_num_pagez'; "
-                                 "did you mean 'max_num_pages'?"])
+    result.stdout.fnmatch_lines(
+        ["ConfigError: unknown PersistentKernel parameter 'max_num_pagez'; did you mean 'max_num_pages'?"]
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])

@@ -29,35 +29,41 @@ class TestSlowNorm(NormScene):
 def test_one_item_per_case_and_arch(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=TWO_CASES)
     result = pytester.runpytest_inprocess("--collect-only", "-q", "--arch", "sm80", "--arch", "sm100")
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::b2[sm80]",
-        "test_scene.py::TestNorm::wide[sm80]",
-        "test_scene.py::TestNorm::sweep[sm80]",
-        "test_scene.py::TestNorm::b2[sm100]",
-        "test_scene.py::TestNorm::wide[sm100]",
-        "test_scene.py::TestNorm::sweep[sm100]",
-        "test_scene.py::TestSlowNorm::b2[sm80]",
-        "test_scene.py::TestSlowNorm::b2[sm100]",
-        "8 tests collected*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::b2[sm80]",
+            "test_scene.py::TestNorm::wide[sm80]",
+            "test_scene.py::TestNorm::sweep[sm80]",
+            "test_scene.py::TestNorm::b2[sm100]",
+            "test_scene.py::TestNorm::wide[sm100]",
+            "test_scene.py::TestNorm::sweep[sm100]",
+            "test_scene.py::TestSlowNorm::b2[sm80]",
+            "test_scene.py::TestSlowNorm::b2[sm100]",
+            "8 tests collected*",
+        ]
+    )
     assert result.ret == pytest.ExitCode.OK
 
 
-@pytest.mark.parametrize(("ini", "args", "archs"), [
-    (None, [], ["sm90"]),  # auto: the local GPU's arch, sm90 without a GPU (as on this machine)
-    (None, ["--arch", "auto", "--arch", "sm90"], ["sm90"]),  # the same arch twice: one item
-    ("sm100", [], ["sm100"]),
-    ("sm100", ["--arch", "sm80"], ["sm80"]),  # the command line wins over the ini file
-], ids=["auto", "auto-and-sm90", "ini", "option-over-ini"])
-def test_archs_of_the_session(pytester: pytest.Pytester, scenes, ini: str | None, args: list[str],
-                              archs: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("ini", "args", "archs"),
+    [
+        (None, [], ["sm90"]),  # auto: the local GPU's arch, sm90 without a GPU (as on this machine)
+        (None, ["--arch", "auto", "--arch", "sm90"], ["sm90"]),  # the same arch twice: one item
+        ("sm100", [], ["sm100"]),
+        ("sm100", ["--arch", "sm80"], ["sm80"]),  # the command line wins over the ini file
+    ],
+    ids=["auto", "auto-and-sm90", "ini", "option-over-ini"],
+)
+def test_archs_of_the_session(pytester: pytest.Pytester, scenes, ini: str | None, args: list[str], archs: list[str]) -> None:
     pytester.makepyfile(test_scene=TWO_CASES)
     if ini:
         pytester.makeini(f"[pytest]\nmpk_arch = {ini}\n")
     result = pytester.runpytest_inprocess("--collect-only", "-q", "-k", "TestNorm and b2", *args)
     n = len(archs)
-    result.stdout.fnmatch_lines([f"test_scene.py::TestNorm::b2[[]{a}[]]" for a in archs]
-                                + [f"{n}/{4 * n} tests collected ({3 * n} deselected)*"])
+    result.stdout.fnmatch_lines(
+        [f"test_scene.py::TestNorm::b2[[]{a}[]]" for a in archs] + [f"{n}/{4 * n} tests collected ({3 * n} deselected)*"]
+    )
 
 
 def test_markers_of_a_scene_class_apply_to_its_cases(pytester: pytest.Pytester, scenes) -> None:
@@ -70,19 +76,23 @@ def test_markers_of_a_scene_class_apply_to_its_cases(pytester: pytest.Pytester, 
 def test_each_arch_builds_and_runs_for_itself(pytester: pytest.Pytester, scenes) -> None:
     """``--arch`` repeated: each item compiles its graph for its own arch (the kept signature says
     which) and runs it."""
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-v", "--arch", "sm80", "--arch", "sm90", "--mpk-keep-artifacts")
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::b2[[]sm80[]] PASSED [[]emulated+compiled[]]*",
-        "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::b2[[]sm80[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+        ]
+    )
     result.assert_outcomes(passed=2)
     for arch in ("sm80", "sm90"):
         kept = pytester.path / ".mpk-artifacts" / f"test_scene.py_TestNorm_b2_{arch}"
@@ -90,28 +100,32 @@ def test_each_arch_builds_and_runs_for_itself(pytester: pytest.Pytester, scenes)
 
 
 def test_case_archs_skip_other_archs_with_the_reason(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("big", batch=2, hidden=256, archs=("sm80", "sm100"))]
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-rs", "--arch", "sm90")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_scene.py*: case 'big' runs on sm80, sm100, not sm90"])
 
 
 def test_manual_case_runs_only_when_picked(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("big", batch=2, hidden=256, manual=True)]
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_scene.py*: manual case: run it with --mpk-case TestNorm::big"])

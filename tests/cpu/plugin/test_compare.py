@@ -12,17 +12,20 @@ from pytest_mpk import compare
 from pytest_mpk.compare import MismatchError, check, poison, tolerance
 
 
-@pytest.mark.parametrize(("dtype", "expected"), [
-    (torch.bfloat16, (1.6e-2, 1e-2)),
-    (torch.float16, (2e-3, 2e-3)),
-    (torch.float32, (1e-5, 1e-6)),
-    (torch.float64, (1e-7, 1e-9)),
-    (torch.float8_e4m3fn, (1e-5, 1e-6)),  # a float type without its own entry: the strict fallback
-    (torch.int32, (0.0, 0.0)),
-    (torch.int64, (0.0, 0.0)),
-    (torch.uint8, (0.0, 0.0)),
-    (torch.bool, (0.0, 0.0)),
-])
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        (torch.bfloat16, (1.6e-2, 1e-2)),
+        (torch.float16, (2e-3, 2e-3)),
+        (torch.float32, (1e-5, 1e-6)),
+        (torch.float64, (1e-7, 1e-9)),
+        (torch.float8_e4m3fn, (1e-5, 1e-6)),  # a float type without its own entry: the strict fallback
+        (torch.int32, (0.0, 0.0)),
+        (torch.int64, (0.0, 0.0)),
+        (torch.uint8, (0.0, 0.0)),
+        (torch.bool, (0.0, 0.0)),
+    ],
+)
 def test_default_tolerances(dtype: torch.dtype, expected: tuple[float, float]) -> None:
     assert tolerance(dtype) == expected
 
@@ -40,11 +43,20 @@ def test_floats_are_poisoned_with_nan(dtype: torch.dtype) -> None:
     assert t.isnan().all()
 
 
-@pytest.mark.parametrize(("dtype", "value"), [
-    (torch.int8, -128), (torch.int16, -(2**15)), (torch.int32, -(2**31)), (torch.int64, -(2**63)),
-    (torch.uint8, 255), (torch.uint16, 2**16 - 1), (torch.uint32, 2**32 - 1), (torch.uint64, 2**64 - 1),
-    (torch.bool, True),
-])
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [
+        (torch.int8, -128),
+        (torch.int16, -(2**15)),
+        (torch.int32, -(2**31)),
+        (torch.int64, -(2**63)),
+        (torch.uint8, 255),
+        (torch.uint16, 2**16 - 1),
+        (torch.uint32, 2**32 - 1),
+        (torch.uint64, 2**64 - 1),
+        (torch.bool, True),
+    ],
+)
 def test_integers_are_poisoned_far_from_zero(dtype: torch.dtype, value: int) -> None:
     """The signed minimum; the unsigned maximum, since 0 is what kernels write most."""
     t = poison(torch.zeros(2, 3, dtype=dtype))
@@ -96,8 +108,9 @@ def test_report_locates_nan_and_inf() -> None:
     actual[2, 3] = -math.inf
     lines = report_of(actual, expected)
     assert lines[0].endswith("3 of 12 elements (25%)")
-    assert lines[1] == ("  NaN in the output: 1, first at (1, 2) (outputs are poisoned with NaN before the run: "
-                        "likely never written)")
+    assert lines[1] == (
+        "  NaN in the output: 1, first at (1, 2) (outputs are poisoned with NaN before the run: likely never written)"
+    )
     assert lines[2] == "  inf in the output: 2, first at (2, 0), (2, 3)"
     assert lines[4].startswith("    (1, 2): nan vs 1")  # NaN counts as the worst
 
@@ -119,8 +132,7 @@ def test_integers_are_exact_and_unwritten_ones_are_named() -> None:
     actual[1] = 21
     actual[3] = torch.iinfo(torch.int32).min
     lines = report_of(actual, expected)
-    assert lines[0] == ("output 'out' (int32, shape (4,)) differs from the golden (rtol=0, atol=0): "
-                        "2 of 4 elements (50%)")
+    assert lines[0] == ("output 'out' (int32, shape (4,)) differs from the golden (rtol=0, atol=0): 2 of 4 elements (50%)")
     assert lines[1] == "  1 elements still hold the poison value -2147483648: never written"
     assert lines[-1] == "    (1,): 21 vs 20, 1"
     check("out", actual, expected, atol=2**32)  # a tolerance given for an integer output is honoured
@@ -144,11 +156,14 @@ def test_tolerances_decide_within_and_beyond() -> None:
     assert "(rtol=0.0001, atol=0.05)" in report_of(actual, expected, rtol=1e-4, atol=0.05)[0]
 
 
-@pytest.mark.parametrize(("actual", "expected", "message"), [
-    (torch.zeros(2, 3), torch.zeros(3, 2), "output 'out': shape (2, 3), but the golden has (3, 2)"),
-    (torch.zeros(4), torch.zeros(2, 2), "output 'out': shape (4,), but the golden has (2, 2)"),
-    (torch.zeros(2), [0.0, 0.0], "output 'out': the golden is a list, not a tensor"),
-])
+@pytest.mark.parametrize(
+    ("actual", "expected", "message"),
+    [
+        (torch.zeros(2, 3), torch.zeros(3, 2), "output 'out': shape (2, 3), but the golden has (3, 2)"),
+        (torch.zeros(4), torch.zeros(2, 2), "output 'out': shape (4,), but the golden has (2, 2)"),
+        (torch.zeros(2), [0.0, 0.0], "output 'out': the golden is a list, not a tensor"),
+    ],
+)
 def test_wrong_shape_or_type_of_golden(actual, expected, message: str) -> None:
     with pytest.raises(MismatchError) as e:
         check("out", actual, expected)

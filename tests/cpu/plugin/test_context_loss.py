@@ -40,25 +40,34 @@ def test_only_gpu_cases_are_checked(session) -> None:
 def test_the_case_says_what_happens_next(session, monkeypatch: pytest.MonkeyPatch) -> None:
     case = types.SimpleNamespace(nodeid=CASE.nodeid, user_properties=[])
     assert session.after_gpu_case(case, devices.GPU).startswith(
-        "the CUDA context of this process is lost: later GPU cases of this run fail without running; run with "
-        "pytest-xdist (-n)")
+        "the CUDA context of this process is lost: later GPU cases of this run fail without running; run with pytest-xdist (-n)"
+    )
     assert ("mpk_context_lost", True) in case.user_properties
     monkeypatch.setattr(session.config, "workerinput", {"workerid": "gw0"}, raising=False)
     assert session.after_gpu_case(case, devices.GPU) == (
-        "the CUDA context of this worker is lost: pytest-xdist replaces the worker, and its other cases run on the others")
+        "the CUDA context of this worker is lost: pytest-xdist replaces the worker, and its other cases run on the others"
+    )
 
 
 def test_xdist_crash_report_of_a_reported_case_is_silenced(session) -> None:
     """The worker's own failure report of the case arrives first; xdist's "crashed" report of the same
     case is then turned into a passed teardown report, which no summary counts."""
-    failed = pytest.TestReport(CASE.nodeid, ("test_scene.py", None, ""), {}, "failed", "illegal address", "call",
-                               user_properties=[("mpk_context_lost", True)])
+    failed = pytest.TestReport(
+        CASE.nodeid,
+        ("test_scene.py", None, ""),
+        {},
+        "failed",
+        "illegal address",
+        "call",
+        user_properties=[("mpk_context_lost", True)],
+    )
     session.pytest_runtest_logreport(failed)
     for nodeid, silenced in ((CASE.nodeid, True), (LATER.nodeid, False)):
         crash = pytest.TestReport(nodeid, ("test_scene.py", None, ""), {}, "failed", "crashed", "???")
         session.pytest_handlecrashitem(nodeid, crash, sched=None)
-        assert (crash.outcome, crash.when, crash.longrepr) == (("passed", "teardown", None) if silenced else
-                                                                ("failed", "???", "crashed"))
+        assert (crash.outcome, crash.when, crash.longrepr) == (
+            ("passed", "teardown", None) if silenced else ("failed", "???", "crashed")
+        )
 
 
 CONFTEST = """
@@ -83,14 +92,16 @@ def test_xdist_replaces_the_worker_and_runs_the_rest(pytester: pytest.Pytester) 
     """End to end under pytest-xdist: the faulting case fails once, with its own error; its worker is
     replaced; every other case still runs and passes, whichever worker had it."""
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_cases="""
+    pytester.makepyfile(
+        test_cases="""
         import pytest
 
         @pytest.mark.parametrize("i", range(12))
         def test_case(i, fault):
             if i == 3:
                 fault()
-    """)
+    """
+    )
     result = pytester.runpytest_subprocess("-p", "mpk", "-n", "2", "-rf")
     result.assert_outcomes(passed=11, failed=1)
     failed = glob.escape("FAILED test_cases.py::test_case[3]") + " - RuntimeError: CUDA error: an illegal mem*"
@@ -100,8 +111,7 @@ def test_xdist_replaces_the_worker_and_runs_the_rest(pytester: pytest.Pytester) 
     assert "mpk: the CUDA context is lost after test_cases.py::test_case[3]; ending this worker" in said
 
 
-def test_a_case_not_run_is_not_counted_as_a_gpu_run(pytester: pytest.Pytester, scenes,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_case_not_run_is_not_counted_as_a_gpu_run(pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU case refused because the context was lost earlier says so, and neither its report nor
     the summary claims it ran on the GPU."""
     monkeypatch.setattr(devices, "backend_for", lambda arch, requested, local: devices.GPU)
@@ -111,14 +121,16 @@ def test_a_case_not_run_is_not_counted_as_a_gpu_run(pytester: pytest.Pytester, s
         def pytest_sessionstart(session):
             session.config.stash[SESSION_KEY].lost_context_in = "test_scene.py::TestNorm::before[sm90]"
     """)
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-rf", "--arch", "sm90")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([glob.escape("FAILED test_scene.py::TestNorm::b2[sm90]") + " - Failed: not run: the CUDA*"])

@@ -17,16 +17,19 @@ from pytest_mpk.devices import COMPILED, EMULATED, GPU
 LOCAL_ARCH = devices.local_arch  # the conftest hides the GPU from the other tests
 
 
-@pytest.mark.parametrize(("env", "gpus"), [
-    ("0,1", ["0", "1"]),
-    (" 2, 3 ", ["2", "3"]),
-    ("3", ["3"]),
-    ("GPU-8f1c2a, MIG-4b5d", ["GPU-8f1c2a", "MIG-4b5d"]),
-    ("0,,1,", ["0", "1"]),
-    ("", []),
-    ("-1", []),
-    ("0,2,-1,1", ["0", "2"]),  # CUDA stops at -1: device 1 is hidden
-])
+@pytest.mark.parametrize(
+    ("env", "gpus"),
+    [
+        ("0,1", ["0", "1"]),
+        (" 2, 3 ", ["2", "3"]),
+        ("3", ["3"]),
+        ("GPU-8f1c2a, MIG-4b5d", ["GPU-8f1c2a", "MIG-4b5d"]),
+        ("0,,1,", ["0", "1"]),
+        ("", []),
+        ("-1", []),
+        ("0,2,-1,1", ["0", "2"]),  # CUDA stops at -1: device 1 is hidden
+    ],
+)
 def test_visible_gpus_from_the_environment(monkeypatch: pytest.MonkeyPatch, env: str, gpus: list[str]) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
     monkeypatch.setattr(subprocess, "run", _no_nvidia_smi)
@@ -37,13 +40,16 @@ def _no_nvidia_smi(*args, **kwargs):
     raise AssertionError("nvidia-smi must not be asked when CUDA_VISIBLE_DEVICES is set")
 
 
-@pytest.mark.parametrize(("outcome", "gpus"), [
-    (subprocess.CompletedProcess([], 0, stdout="0\n1\n\n2\n"), ["0", "1", "2"]),
-    (subprocess.CompletedProcess([], 0, stdout="No devices were found\n"), []),
-    (subprocess.CompletedProcess([], 9, stdout="0\n"), []),  # nvidia-smi failed: trust nothing it said
-    (FileNotFoundError("nvidia-smi"), []),
-    (subprocess.TimeoutExpired("nvidia-smi", 20), []),
-])
+@pytest.mark.parametrize(
+    ("outcome", "gpus"),
+    [
+        (subprocess.CompletedProcess([], 0, stdout="0\n1\n\n2\n"), ["0", "1", "2"]),
+        (subprocess.CompletedProcess([], 0, stdout="No devices were found\n"), []),
+        (subprocess.CompletedProcess([], 9, stdout="0\n"), []),  # nvidia-smi failed: trust nothing it said
+        (FileNotFoundError("nvidia-smi"), []),
+        (subprocess.TimeoutExpired("nvidia-smi", 20), []),
+    ],
+)
 def test_visible_gpus_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch, outcome, gpus: list[str]) -> None:
     def run(cmd, **kwargs):
         assert cmd[0] == "nvidia-smi"
@@ -71,15 +77,17 @@ def test_pin_worker_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch
     assert os.environ["CUDA_VISIBLE_DEVICES"] == visible
 
 
-@pytest.mark.parametrize(("local", "requested", "archs"), [
-    (None, ["auto"], ["sm90"]),
-    (None, [], ["sm90"]),
-    (None, ["sm80", "auto", "sm80", "sm100"], ["sm80", "sm90", "sm100"]),
-    ("sm100", ["auto"], ["sm100"]),
-    ("sm80", ["sm90", "auto", "sm80"], ["sm90", "sm80"]),
-])
-def test_resolve_archs(monkeypatch: pytest.MonkeyPatch, local: str | None, requested: list[str],
-                       archs: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("local", "requested", "archs"),
+    [
+        (None, ["auto"], ["sm90"]),
+        (None, [], ["sm90"]),
+        (None, ["sm80", "auto", "sm80", "sm100"], ["sm80", "sm90", "sm100"]),
+        ("sm100", ["auto"], ["sm100"]),
+        ("sm80", ["sm90", "auto", "sm80"], ["sm90", "sm80"]),
+    ],
+)
+def test_resolve_archs(monkeypatch: pytest.MonkeyPatch, local: str | None, requested: list[str], archs: list[str]) -> None:
     monkeypatch.setattr(devices, "local_arch", lambda: local)
     assert devices.resolve_archs(requested) == archs
 
@@ -110,10 +118,13 @@ def test_backend_for_every_combination(arch: str, local: str | None) -> None:
             devices.backend_for(arch, "gpu", local)
 
 
-@pytest.mark.parametrize(("arch", "local", "message"), [
-    ("sm100", "sm90", "--mpk-backend gpu cannot run sm100 here (this GPU is sm90); use --mpk-backend auto or emulate"),
-    ("sm90", None, "--mpk-backend gpu cannot run sm90 here (no GPU is visible); use --mpk-backend auto or emulate"),
-])
+@pytest.mark.parametrize(
+    ("arch", "local", "message"),
+    [
+        ("sm100", "sm90", "--mpk-backend gpu cannot run sm100 here (this GPU is sm90); use --mpk-backend auto or emulate"),
+        ("sm90", None, "--mpk-backend gpu cannot run sm90 here (no GPU is visible); use --mpk-backend auto or emulate"),
+    ],
+)
 def test_the_gpu_error_says_why_and_what_to_use(arch: str, local: str | None, message: str) -> None:
     with pytest.raises(RuntimeError) as e:
         devices.backend_for(arch, "gpu", local)

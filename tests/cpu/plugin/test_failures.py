@@ -10,7 +10,8 @@ import pytest
 
 
 def test_mismatch_report(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene, rmsnorm
 
@@ -23,31 +24,35 @@ def test_mismatch_report(pytester: pytest.Pytester, scenes) -> None:
                 expected[1, 7] += 5.0
                 expected[0, 3] += 0.5
                 return expected
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ TestNorm::b2[[]sm90[]] _*",
-        "output 'output' (float32, shape (2, 256)) differs from the golden (rtol=1e-05, atol=1e-06): "
-        "2 of 512 elements (0.391%)",
-        "  worst elements (index: actual vs expected, |diff|):",
-        "    (1, 7): * vs *, 5",
-        "    (0, 3): * vs *, 0.5",
-        "params: {'batch': 2, 'hidden': 256}",
-        "backend: emulated+compiled (sm90)",
-        f"artifacts: {glob.escape(str(pytester.path))}/.mpk-artifacts/test_scene.py_TestNorm_b2_sm90 (inputs.pt, actual.pt, "
-        "expected.pt, test_rank0.cu, task_graph_rank0.json, signature_rank0.json)",
-        "repro: pytest 'test_scene.py::TestNorm::b2[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
-        "*- mpk backends: 1 emulated+compiled -*",
-        "FAILED [[]emulated+compiled[]] test_scene.py::TestNorm::b2[[]sm90[]] - output*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ TestNorm::b2[[]sm90[]] _*",
+            "output 'output' (float32, shape (2, 256)) differs from the golden (rtol=1e-05, atol=1e-06): "
+            "2 of 512 elements (0.391%)",
+            "  worst elements (index: actual vs expected, |diff|):",
+            "    (1, 7): * vs *, 5",
+            "    (0, 3): * vs *, 0.5",
+            "params: {'batch': 2, 'hidden': 256}",
+            "backend: emulated+compiled (sm90)",
+            f"artifacts: {glob.escape(str(pytester.path))}/.mpk-artifacts/test_scene.py_TestNorm_b2_sm90 (inputs.pt, actual.pt, "
+            "expected.pt, test_rank0.cu, task_graph_rank0.json, signature_rank0.json)",
+            "repro: pytest 'test_scene.py::TestNorm::b2[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
+            "*- mpk backends: 1 emulated+compiled -*",
+            "FAILED [[]emulated+compiled[]] test_scene.py::TestNorm::b2[[]sm90[]] - output*",
+        ]
+    )
     # The report is the whole message: no traceback through the plugin or the runtime.
     result.stdout.no_fnmatch_line("*runner.py*")
     result.stdout.no_fnmatch_line("*NaN in the output*")
 
 
 def test_every_failing_output_is_reported(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         import torch
         from pytest_mpk import Case, Out, scene_test
         from scenes import NormScene, rmsnorm
@@ -63,19 +68,22 @@ def test_every_failing_output_is_reported(pytester: pytest.Pytester, scenes) -> 
             def compute_golden(self, args, params):
                 return {"output": rmsnorm(args.input, args.weight), "stats": torch.zeros(2, 4),
                         "counts": torch.zeros(3, dtype=torch.int32)}
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "output 'stats' (float32, shape (2, 4)) differs from the golden (rtol=1e-05, atol=1e-06): 8 of 8 elements (100%)",
-        "  NaN in the output: 8, first at (0, 0), (0, 1), (0, 2), (0, 3), (1, 0) (outputs are poisoned with NaN "
-        "before the run: likely never written)",
-        "  worst elements (index: actual vs expected, |diff|):",
-        "    (*): nan vs 0, nan",
-        "output 'counts' (int32, shape (3,)) differs from the golden (rtol=0, atol=0): 3 of 3 elements (100%)",
-        "  3 elements still hold the poison value -2147483648: never written",
-        "params: {'batch': 2, 'hidden': 256}",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "output 'stats' (float32, shape (2, 4)) differs from the golden (rtol=1e-05, atol=1e-06): 8 of 8 elements (100%)",
+            "  NaN in the output: 8, first at (0, 0), (0, 1), (0, 2), (0, 3), (1, 0) (outputs are poisoned with NaN "
+            "before the run: likely never written)",
+            "  worst elements (index: actual vs expected, |diff|):",
+            "    (*): nan vs 0, nan",
+            "output 'counts' (int32, shape (3,)) differs from the golden (rtol=0, atol=0): 3 of 3 elements (100%)",
+            "  3 elements still hold the poison value -2147483648: never written",
+            "params: {'batch': 2, 'hidden': 256}",
+        ]
+    )
     result.stdout.no_fnmatch_line("output 'output'*")  # the layer wrote that one correctly
 
 
@@ -102,14 +110,16 @@ class TestNorm(NormScene):
 def test_tolerances_per_case_and_per_output(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=TOLERANCES)
     result = pytester.runpytest_inprocess("-v")
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::defaults[[]sm90[]] FAILED*",
-        "test_scene.py::TestNorm::case_rtol[[]sm90[]] PASSED*",
-        "test_scene.py::TestNorm::output_tolerance[[]sm90[]] PASSED*",
-        "test_scene.py::TestNorm::other_output_tolerance[[]sm90[]] FAILED*",
-        "test_scene.py::TestNorm::output_beats_case[[]sm90[]] FAILED*",
-        "test_scene.py::TestNorm::case_atol[[]sm90[]] PASSED*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::defaults[[]sm90[]] FAILED*",
+            "test_scene.py::TestNorm::case_rtol[[]sm90[]] PASSED*",
+            "test_scene.py::TestNorm::output_tolerance[[]sm90[]] PASSED*",
+            "test_scene.py::TestNorm::other_output_tolerance[[]sm90[]] FAILED*",
+            "test_scene.py::TestNorm::output_beats_case[[]sm90[]] FAILED*",
+            "test_scene.py::TestNorm::case_atol[[]sm90[]] PASSED*",
+        ]
+    )
     result.assert_outcomes(passed=3, failed=3)
     result.stdout.fnmatch_lines(["*_ TestNorm::defaults[[]sm90[]] _*", "*(rtol=1e-05, atol=1e-06)*"])
     result.stdout.fnmatch_lines(["*_ TestNorm::output_beats_case[[]sm90[]] _*", "*(rtol=1e-05, atol=1e-06)*"])
@@ -118,7 +128,8 @@ def test_tolerances_per_case_and_per_output(pytester: pytest.Pytester, scenes) -
 def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes) -> None:
     """A golden one off in one row of values near 1000 fails: the 1.6% a bfloat16 output may be off
     by is no excuse for an integer."""
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import ProbeScene
 
@@ -130,20 +141,24 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
                 expected = super().compute_golden(args, params)
                 expected[1] += params["off"]
                 return expected
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestProbe::exact[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-        "test_scene.py::TestProbe::off_by_one[[]sm90[]] FAILED [[]emulated+compiled[]]*",
-        "output 'y' (int32, shape (2, 4)) differs from the golden (rtol=0, atol=0): 4 of 8 elements (50%)",
-        "    (1, *): * vs *, 1",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestProbe::exact[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestProbe::off_by_one[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+            "output 'y' (int32, shape (2, 4)) differs from the golden (rtol=0, atol=0): 4 of 8 elements (50%)",
+            "    (1, *): * vs *, 1",
+        ]
+    )
 
 
 def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scenes) -> None:
     """An MpkError in build() says what is wrong and how to fix it; its traceback would add nothing."""
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
@@ -154,17 +169,23 @@ def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scene
             def build(self, pk, t, params):
                 pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(2, 1, 1),
                                  block_dim=(128, 1, 1))
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("--arch", "sm90")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*_ TestNorm::b2[[]sm90[]] _*",
-                                 "BlockDimError: rmsnorm_layer(): block_dim=(128, 1, 1) does not match the 256 worker "
-                                 "threads of sm90; pass block_dim=pk.block_dim"])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ TestNorm::b2[[]sm90[]] _*",
+            "BlockDimError: rmsnorm_layer(): block_dim=(128, 1, 1) does not match the 256 worker "
+            "threads of sm90; pass block_dim=pk.block_dim",
+        ]
+    )
     result.stdout.no_fnmatch_line("*kernel.py*")
 
 
 def test_a_mistake_in_the_scene_shows_the_scene_s_frames(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
@@ -174,7 +195,8 @@ def test_a_mistake_in_the_scene_shows_the_scene_s_frames(pytester: pytest.Pytest
 
             def compute_golden(self, args, params):
                 return args.inptu
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([">*return args.inptu", "E*AttributeError: *'inptu'*", "test_scene.py:*: AttributeError"])

@@ -27,37 +27,48 @@ def probe(pk, device):
 
 
 def test_pk_runs_a_graph_on_this_backend(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_pk=PROBE + textwrap.dedent("""
+    pytester.makepyfile(
+        test_pk=PROBE
+        + textwrap.dedent("""
         def test_probe(pk, mpk_params, mpk_device, mpk_arch):
             assert (mpk_arch, mpk_device, pk.target_cc, pk.backend) == ("sm90", torch.device("cpu"), 90, "emulated")
             assert pk.test_mode and mpk_params["test_mode"] and mpk_params["emulate"]
             assert pk.block_dim == (256, 1, 1)
             assert probe(pk, mpk_device).tolist() == [[8] * 4, [10] * 4]
-    """))
+    """)
+    )
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["test_pk.py::test_probe[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-                                 "*- mpk backends: 1 emulated+compiled -*"])
+    result.stdout.fnmatch_lines(
+        ["test_pk.py::test_probe[[]sm90[]] PASSED [[]emulated+compiled[]]*", "*- mpk backends: 1 emulated+compiled -*"]
+    )
 
 
 def test_fixtures_follow_the_session_options(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_pk=PROBE + textwrap.dedent("""
+    pytester.makepyfile(
+        test_pk=PROBE
+        + textwrap.dedent("""
         def test_params(pk, mpk_params, mpk_arch, mpk_device):
             assert pk.backend == "compile-only" and mpk_params["compile_only"] and not mpk_params["emulate"]
             assert mpk_device == torch.device("cpu")
             assert pk.target_cc == {"sm80": 80, "sm100": 100}[mpk_arch]
             assert pk.block_dim == ({"sm80": 128, "sm100": 256}[mpk_arch], 1, 1)
             assert mpk_params["watchdog_timeout"] == 7.5
-    """))
-    result = pytester.runpytest_inprocess("-v", "--mpk-backend", "compile-only", "--arch", "sm80", "--arch", "sm100",
-                                          "--mpk-hang-timeout", "7.5")
+    """)
+    )
+    result = pytester.runpytest_inprocess(
+        "-v", "--mpk-backend", "compile-only", "--arch", "sm80", "--arch", "sm100", "--mpk-hang-timeout", "7.5"
+    )
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["test_pk.py::test_params[[]sm80[]] PASSED [[]compiled[]]*",
-                                 "test_pk.py::test_params[[]sm100[]] PASSED [[]compiled[]]*"])
+    result.stdout.fnmatch_lines(
+        ["test_pk.py::test_params[[]sm80[]] PASSED [[]compiled[]]*", "test_pk.py::test_params[[]sm100[]] PASSED [[]compiled[]]*"]
+    )
 
 
 def test_mpk_params_marker_and_sealed_params(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_pk=PROBE + textwrap.dedent("""
+    pytester.makepyfile(
+        test_pk=PROBE
+        + textwrap.dedent("""
         from mpk_runtime import StateError
 
         pytestmark = pytest.mark.mpk_params(max_num_pages=2, placement="round_robin")
@@ -78,13 +89,16 @@ def test_mpk_params_marker_and_sealed_params(pytester: pytest.Pytester) -> None:
             with pytest.raises(StateError):
                 mpk_params.update(num_workers=2)
             assert mpk_params["num_workers"] == pk.params.num_workers == 8
-    """))
+    """)
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(passed=3)
 
 
 def test_mpk_arch_marker_limits_the_archs(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_pk=PROBE + textwrap.dedent("""
+    pytester.makepyfile(
+        test_pk=PROBE
+        + textwrap.dedent("""
         @pytest.mark.mpk_arch("sm80")
         def test_arch(mpk_arch):
             assert mpk_arch == "sm80"
@@ -92,7 +106,8 @@ def test_mpk_arch_marker_limits_the_archs(pytester: pytest.Pytester) -> None:
         @pytest.mark.mpk_arch("sm80")
         def test_pk(pk):
             assert pk.target_cc == 80
-    """))
+    """)
+    )
     result = pytester.runpytest_inprocess("-v", "-rs", "--arch", "sm90")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_pk.py:*: marked mpk_arch('sm80'); this run targets sm90"] * 2)
@@ -104,7 +119,8 @@ def test_mpk_arch_marker_limits_the_archs(pytester: pytest.Pytester) -> None:
 
 
 def test_mpk_gpus_marker_counts_the_visible_gpus(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_gpus="""
+    pytester.makepyfile(
+        test_gpus="""
         import pytest
 
         @pytest.mark.mpk_gpus(2)
@@ -114,12 +130,14 @@ def test_mpk_gpus_marker_counts_the_visible_gpus(pytester: pytest.Pytester, monk
         @pytest.mark.mpk_gpus(n=1)
         def test_one():
             pass
-    """)
+    """
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_gpus.py:*: needs 2 GPUs, 0 visible",
-                                 "SKIPPED [[]1[]] test_gpus.py:*: needs 1 GPUs, 0 visible"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED [[]1[]] test_gpus.py:*: needs 2 GPUs, 0 visible", "SKIPPED [[]1[]] test_gpus.py:*: needs 1 GPUs, 0 visible"]
+    )
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the count comes from what is visible, not from torch
     result = pytester.runpytest_inprocess("-rs")
@@ -128,7 +146,8 @@ def test_mpk_gpus_marker_counts_the_visible_gpus(pytester: pytest.Pytester, monk
 
 
 def test_mpk_gpus_on_a_scene_class(pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         import pytest
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
@@ -137,7 +156,8 @@ def test_mpk_gpus_on_a_scene_class(pytester: pytest.Pytester, scenes, monkeypatc
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("b4", batch=4, hidden=256)]
-    """)
+    """
+    )
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     result = pytester.runpytest_inprocess("-rs")
     result.assert_outcomes(skipped=2)

@@ -28,17 +28,18 @@ def test_default_golden_is_the_layer_reference_and_a_local_one_wins(pytester: py
     pytester.makepyfile(test_scene=NORM.format(layer="rmsnorm"))
     pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
-    pytester.makepyfile(pytorch_reference="""
+    pytester.makepyfile(
+        pytorch_reference="""
         def rmsnorm(input, weight):
             return input * 0
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["output 'output' (float32, shape (2, 256)) differs from the golden*"])
 
 
-def test_local_reference_without_the_function_falls_back_to_the_layer_reference(pytester: pytest.Pytester,
-                                                                                scenes) -> None:
+def test_local_reference_without_the_function_falls_back_to_the_layer_reference(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=NORM.format(layer="rmsnorm"), pytorch_reference="def other(input):\n    return input\n")
     pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
@@ -48,8 +49,9 @@ def test_reference_of_a_new_layer_in_the_test_folder(pytester: pytest.Pytester, 
     inputs by keyword (outputs are not passed)."""
     sub = pytester.mkpydir("norms")
     (sub / "test_scene.py").write_text(NORM.format(layer="my_norm"))
-    (sub / "pytorch_reference.py").write_text("from scenes import rmsnorm\n\n"
-                                              "def my_norm(*, input, weight):\n    return rmsnorm(input, weight)\n")
+    (sub / "pytorch_reference.py").write_text(
+        "from scenes import rmsnorm\n\ndef my_norm(*, input, weight):\n    return rmsnorm(input, weight)\n"
+    )
     # A parent folder's reference is not searched: only the test's own folder, then reference/<layer>/.
     pytester.makepyfile(pytorch_reference="def my_norm(*, input, weight):\n    return input * 0\n")
     result = pytester.runpytest_inprocess("-v")
@@ -89,18 +91,23 @@ class TestReference(InPlace):
 def test_inout_keeps_its_value_for_the_run_and_the_golden(pytester: pytest.Pytester, scenes) -> None:
     """An InOut tensor is not poisoned (the kernel reads it), and the golden, compute_golden's or the
     reference's (called with it by name), sees its value from before the run."""
-    pytester.makepyfile(test_scene=INOUT, pytorch_reference="""
+    pytester.makepyfile(
+        test_scene=INOUT,
+        pytorch_reference="""
         def bump(acc):
             return acc.amax(dim=1, keepdim=True).expand_as(acc) + 1
-    """)
+    """,
+    )
     result = pytester.runpytest_inprocess("-v")
-    result.stdout.fnmatch_lines(["test_scene.py::TestGolden::b2[[]sm90[]] PASSED*",
-                                 "test_scene.py::TestReference::b2[[]sm90[]] PASSED*"])
+    result.stdout.fnmatch_lines(
+        ["test_scene.py::TestGolden::b2[[]sm90[]] PASSED*", "test_scene.py::TestReference::b2[[]sm90[]] PASSED*"]
+    )
     result.assert_outcomes(passed=2)
 
 
 def test_compare_override_decides(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene
 
@@ -114,11 +121,18 @@ def test_compare_override_decides(pytester: pytest.Pytester, scenes) -> None:
             def compare(self, actual, expected, case):
                 assert sorted(actual) == sorted(expected) == ["output"]
                 assert case.name == "lenient", f"compare refuses case {case.name}"
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*_ TestNorm::strict[[]sm90[]] _*", "compare refuses case strict",
-                                 "params: {'batch': 2, 'hidden': 256}", "repro: pytest *::TestNorm::strict*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ TestNorm::strict[[]sm90[]] _*",
+            "compare refuses case strict",
+            "params: {'batch': 2, 'hidden': 256}",
+            "repro: pytest *::TestNorm::strict*",
+        ]
+    )
 
 
 # -- the shapes a golden may return (runner.golden, no build needed) ---------------------------------
@@ -133,21 +147,27 @@ class _Scene:
 ARGS = {"x": torch.ones(2), "acc": InOut(torch.ones(2)), "y": Out(torch.empty(2)), "z": Out(torch.empty(2))}
 
 
-@pytest.mark.parametrize(("result", "outputs", "expected"), [
-    ({"y": 1, "z": 2, "extra": 3}, ["y", "z"], {"y": 1, "z": 2, "extra": 3}),
-    ((1, 2), ["y", "z"], {"y": 1, "z": 2}),
-    ([1, 2], ["y", "z"], {"y": 1, "z": 2}),
-    (7, ["y"], {"y": 7}),
-])
+@pytest.mark.parametrize(
+    ("result", "outputs", "expected"),
+    [
+        ({"y": 1, "z": 2, "extra": 3}, ["y", "z"], {"y": 1, "z": 2, "extra": 3}),
+        ((1, 2), ["y", "z"], {"y": 1, "z": 2}),
+        ([1, 2], ["y", "z"], {"y": 1, "z": 2}),
+        (7, ["y"], {"y": 7}),
+    ],
+)
 def test_golden_forms(result, outputs: list[str], expected: dict) -> None:
     assert golden(_Scene(result), "any", ARGS, {}, [], outputs) == expected
 
 
-@pytest.mark.parametrize(("result", "outputs", "message"), [
-    ({"y": 1}, ["y", "z"], "the golden has no value for output(s) ['z']; return {name: tensor} for ['y', 'z']"),
-    ((1, 2, 3), ["y", "z"], "the golden returned 3 values for 2 outputs ['y', 'z']"),
-    (7, ["y", "z"], "the golden returned one tensor, but the scene has outputs ['y', 'z']; return a dict"),
-])
+@pytest.mark.parametrize(
+    ("result", "outputs", "message"),
+    [
+        ({"y": 1}, ["y", "z"], "the golden has no value for output(s) ['z']; return {name: tensor} for ['y', 'z']"),
+        ((1, 2, 3), ["y", "z"], "the golden returned 3 values for 2 outputs ['y', 'z']"),
+        (7, ["y", "z"], "the golden returned one tensor, but the scene has outputs ['y', 'z']; return a dict"),
+    ],
+)
 def test_golden_of_the_wrong_shape(result, outputs: list[str], message: str) -> None:
     with pytest.raises(TypeError) as e:
         golden(_Scene(result), "any", ARGS, {}, [], outputs)

@@ -38,12 +38,14 @@ def test_directory_replays_with_no_scene(pytester: pytest.Pytester, scenes) -> N
         (pytester.path / scene_file).unlink()
     result = pytester.runpytest_inprocess("-p", "mpk", "saved", "-v", "-rA")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-        "*_ replay of " + glob.escape(str(saved)) + " _*",
-        "module from the cache: *",
-        "*- mpk backends: 1 emulated+compiled -*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "*_ replay of " + glob.escape(str(saved)) + " _*",
+            "module from the cache: *",
+            "*- mpk backends: 1 emulated+compiled -*",
+        ]
+    )
 
     result = pytester.runpytest_inprocess("-p", "mpk", "saved", "-v", "--mpk-backend", "compile-only")
     result.stdout.fnmatch_lines(["saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]compiled[]]*"])
@@ -53,11 +55,13 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     kept = kept_case(pytester)
     result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-v", "-rA")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-        f"replayed {glob.escape(str(kept))}",
-        "module from the cache: *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            f"replayed {glob.escape(str(kept))}",
+            "module from the cache: *",
+        ]
+    )
     assert sorted(p.name for p in kept.iterdir()) == FILES  # the replayed directory is left as it was
 
 
@@ -80,8 +84,9 @@ def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytes
     kept = kept_case(pytester)
     result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::wide")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        f"ShapeError: replay of {glob.escape(str(kept))}: tensor 'input' must be fp32 (2, 256), got fp32 (2, 512)"])
+    result.stdout.fnmatch_lines(
+        [f"ShapeError: replay of {glob.escape(str(kept))}: tensor 'input' must be fp32 (2, 256), got fp32 (2, 512)"]
+    )
 
 
 def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester, scenes) -> None:
@@ -89,5 +94,6 @@ def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester,
     empty = pytester.mkdir("empty")
     result = pytester.runpytest_inprocess("--mpk-replay", str(empty), "--mpk-case", "TestNorm::b2")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"GraphError: {glob.escape(str(empty))} is not a compile output directory of rank 0: "
-                                 "missing *test_rank0.cu*"])
+    result.stdout.fnmatch_lines(
+        [f"GraphError: {glob.escape(str(empty))} is not a compile output directory of rank 0: missing *test_rank0.cu*"]
+    )

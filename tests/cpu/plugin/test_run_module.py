@@ -23,19 +23,33 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize(("case", "status", "lines"), [
-    ("good", 0, ["test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-                 "*- mpk backends: 1 emulated+compiled -*", "*1 passed, 1 deselected*"]),
-    ("bad", 1, ["test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+@pytest.mark.parametrize(
+    ("case", "status", "lines"),
+    [
+        (
+            "good",
+            0,
+            [
+                "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+                "*- mpk backends: 1 emulated+compiled -*",
+                "*1 passed, 1 deselected*",
+            ],
+        ),
+        (
+            "bad",
+            1,
+            [
+                "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
                 "output 'output' (float32, shape (2, 256)) differs from the golden*",
                 "repro: pytest 'test_scene.py::TestNorm::bad[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
-                "*1 failed, 1 deselected*"]),
-])
-def test_script_runs_the_selected_case(pytester: pytest.Pytester, scenes, case: str, status: int,
-                                       lines: list[str]) -> None:
+                "*1 failed, 1 deselected*",
+            ],
+        ),
+    ],
+)
+def test_script_runs_the_selected_case(pytester: pytest.Pytester, scenes, case: str, status: int, lines: list[str]) -> None:
     pytester.makepyfile(test_scene=SCENE)
-    result = pytester.run(sys.executable, "test_scene.py", "--arch", "sm90", "--mpk-case", f"TestNorm::{case}", "-v",
-                          timeout=300)
+    result = pytester.run(sys.executable, "test_scene.py", "--arch", "sm90", "--mpk-case", f"TestNorm::{case}", "-v", timeout=300)
     assert result.ret == status
     result.stdout.fnmatch_lines(lines)
 

@@ -16,53 +16,75 @@ from scenes import NormScene
 """
 
 MISTAKES = {
-    "unknown_key_near": ("""
+    "unknown_key_near": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("typo", batch=2, hiden=256)]
-        """, "TestNorm: Case 'typo' has an unknown key 'hiden'; did you mean 'hidden'?"),
-    "unknown_key_far": ("""
+        """,
+        "TestNorm: Case 'typo' has an unknown key 'hiden'; did you mean 'hidden'?",
+    ),
+    "unknown_key_far": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("odd", batch=2, hidden=256, zzz=1)]
-        """, "TestNorm: Case 'odd' has an unknown key 'zzz'; the parameters are batch, hidden"),
-    "missing_key": ("""
+        """,
+        "TestNorm: Case 'odd' has an unknown key 'zzz'; the parameters are batch, hidden",
+    ),
+    "missing_key": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("short", batch=2)]
-        """, "TestNorm: Case 'short' lacks 'hidden'"),
-    "missing_key_of_params": ("""
+        """,
+        "TestNorm: Case 'short' lacks 'hidden'",
+    ),
+    "missing_key_of_params": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             PARAMS = ("batch", "hidden", "eps")
             CASES = [Case("b2", batch=2, hidden=256)]
-        """, "TestNorm: Case 'b2' lacks 'eps'"),
-    "no_build": ("""
+        """,
+        "TestNorm: Case 'b2' lacks 'eps'",
+    ),
+    "no_build": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(SceneTestCase):
             CASES = [Case("b2", batch=2, hidden=256)]
 
             def generate_args(self, params):
                 return {"output": Out(torch.empty(2))}
-        """, "TestNorm: define build(self, pk, t, params)"),
-    "no_generate_args": ("""
+        """,
+        "TestNorm: define build(self, pk, t, params)",
+    ),
+    "no_generate_args": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(SceneTestCase):
             CASES = [Case("b2", batch=2, hidden=256)]
 
             def build(self, pk, t, params):
                 pass
-        """, "TestNorm: define generate_args(self, params)"),
-    "no_outputs": ("""
+        """,
+        "TestNorm: define generate_args(self, params)",
+    ),
+    "no_outputs": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
 
             def generate_args(self, params):
                 return {"input": torch.randn(2, 256), "weight": torch.randn(256), "output": torch.empty(2, 256)}
-        """, "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
-             "output, e.g. 'output': Out(torch.empty(...))"),
-    "no_outputs_made_with_arithmetic": ("""
+        """,
+        "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
+        "output, e.g. 'output': Out(torch.empty(...))",
+    ),
+    "no_outputs_made_with_arithmetic": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
@@ -71,69 +93,108 @@ MISTAKES = {
                 x = torch.cat([torch.randn(1, 256), torch.rand(1, 256)]) / 256 ** 0.5
                 return {"input": x.to(torch.float32) @ torch.eye(256), "weight": torch.ones(256).abs(),
                         "output": torch.empty_like(x)}
-        """, "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
-             "output, e.g. 'output': Out(torch.empty(...))"),
-    "no_golden": ("""
+        """,
+        "TestNorm: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
+        "output, e.g. 'output': Out(torch.empty(...))",
+    ),
+    "no_golden": (
+        """
         @scene_test(layer="nosuchlayer")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
-        """, ("TestNorm: no golden: no reference function 'nosuchlayer' found (looked in ", "/pytorch_reference.py, ",
-                     "/reference/nosuchlayer/pytorch_reference.py); define def nosuchlayer(...) in "
-                     "reference/nosuchlayer/pytorch_reference.py; or define compute_golden(self, args, params)")),
-    "duplicate_names": ("""
+        """,
+        (
+            "TestNorm: no golden: no reference function 'nosuchlayer' found (looked in ",
+            "/pytorch_reference.py, ",
+            "/reference/nosuchlayer/pytorch_reference.py); define def nosuchlayer(...) in "
+            "reference/nosuchlayer/pytorch_reference.py; or define compute_golden(self, args, params)",
+        ),
+    ),
+    "duplicate_names": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("w", batch=2, hidden=512), Case("b2", batch=2, hidden=512),
                      Case("w", batch=2, hidden=256)]
-        """, "TestNorm: case names must be unique; repeated: b2, w"),
-    "not_cases": ("""
+        """,
+        "TestNorm: case names must be unique; repeated: b2, w",
+    ),
+    "not_cases": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = [{"name": "b2", "batch": 2, "hidden": 256}]
-        """, "TestNorm: CASES must be a list of Case(...), got [{'name': 'b2', 'batch': 2, 'hidden': 256}]"),
-    "one_case_not_a_list": ("""
+        """,
+        "TestNorm: CASES must be a list of Case(...), got [{'name': 'b2', 'batch': 2, 'hidden': 256}]",
+    ),
+    "one_case_not_a_list": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             CASES = Case("b2", batch=2, hidden=256)
-        """, ("TestNorm: CASES must be a list of Case(...), got Case(name='b2'", "")),
-    "nothing_to_test": ("""
+        """,
+        ("TestNorm: CASES must be a list of Case(...), got Case(name='b2'", ""),
+    ),
+    "nothing_to_test": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             pass
-        """, "TestNorm: no CASES and no SWEEP: nothing to test"),
-    "sweep_not_a_dict": ("""
+        """,
+        "TestNorm: no CASES and no SWEEP: nothing to test",
+    ),
+    "sweep_not_a_dict": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             SWEEP = [st.integers(1, 4)]
-        """, "TestNorm: SWEEP must be a dict of parameter name -> Hypothesis strategy"),
-    "sweep_lacks_a_parameter": ("""
+        """,
+        "TestNorm: SWEEP must be a dict of parameter name -> Hypothesis strategy",
+    ),
+    "sweep_lacks_a_parameter": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
             PARAMS = ("batch", "hidden")
             SWEEP = {"batch": st.just(2)}
-        """, "TestNorm: SWEEP lacks strategies for ['hidden'] (the scene's parameters are ['batch', 'hidden'])"),
-    "bad_case_arch": ("""
+        """,
+        "TestNorm: SWEEP lacks strategies for ['hidden'] (the scene's parameters are ['batch', 'hidden'])",
+    ),
+    "bad_case_arch": (
+        """
         CASE = Case("b2", batch=2, hidden=256, archs=("sm90", "sm70"))
-        """, "E   ValueError: Case 'b2': archs ['sm70'] are not targets; use some of sm80, sm90, sm100"),
-    "bad_case_name": ("""
+        """,
+        "E   ValueError: Case 'b2': archs ['sm70'] are not targets; use some of sm80, sm90, sm100",
+    ),
+    "bad_case_name": (
+        """
         CASE = Case("b 2", batch=2, hidden=256)
-        """, "E   ValueError: Case name 'b 2' must be a non-empty string without spaces, '[', ']', ':' or '/'"),
-    "bad_layer": ("""
+        """,
+        "E   ValueError: Case name 'b 2' must be a non-empty string without spaces, '[', ']', ':' or '/'",
+    ),
+    "bad_layer": (
+        """
         @scene_test(layer="rms-norm")
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
-        """, "E   ValueError: scene_test(layer='rms-norm'): layer must name a layer, e.g. 'rmsnorm'"),
-    "not_a_scene_class": ("""
+        """,
+        "E   ValueError: scene_test(layer='rms-norm'): layer must name a layer, e.g. 'rmsnorm'",
+    ),
+    "not_a_scene_class": (
+        """
         @scene_test(layer="rmsnorm")
         class TestNorm:
             CASES = [Case("b2", batch=2, hidden=256)]
-        """, "E   TypeError: @scene_test decorates SceneTestCase subclasses, not <class 'test_scene.TestNorm'>"),
+        """,
+        "E   TypeError: @scene_test decorates SceneTestCase subclasses, not <class 'test_scene.TestNorm'>",
+    ),
 }
 
 
 @pytest.mark.parametrize(("source", "message"), MISTAKES.values(), ids=MISTAKES.keys())
-def test_scene_mistake_is_a_collection_error(pytester: pytest.Pytester, scenes, source: str,
-                                             message: str | tuple[str, ...]) -> None:
+def test_scene_mistake_is_a_collection_error(
+    pytester: pytest.Pytester, scenes, source: str, message: str | tuple[str, ...]
+) -> None:
     """``message``: the line expected, literally; a tuple: its literal parts, anything between them."""
     parts = (message,) if isinstance(message, str) else message
     pytester.makepyfile(test_scene=HEADER + textwrap.dedent(source))
@@ -145,7 +206,9 @@ def test_scene_mistake_is_a_collection_error(pytester: pytest.Pytester, scenes, 
 
 def test_a_mistake_fails_only_its_own_class(pytester: pytest.Pytester, scenes) -> None:
     """With --continue-on-collection-errors the other scenes of the file still run."""
-    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+    pytester.makepyfile(
+        test_scene=HEADER
+        + textwrap.dedent("""
         @scene_test(layer="rmsnorm")
         class TestGood(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
@@ -153,7 +216,8 @@ def test_a_mistake_fails_only_its_own_class(pytester: pytest.Pytester, scenes) -
         @scene_test(layer="rmsnorm")
         class TestBad(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("b4", batch=4, hiden=256)]
-    """))
+    """)
+    )
     result = pytester.runpytest_inprocess("--continue-on-collection-errors", "-rE")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["ERROR test_scene.py::TestBad"])
@@ -162,7 +226,9 @@ def test_a_mistake_fails_only_its_own_class(pytester: pytest.Pytester, scenes) -
 def test_a_scene_needing_real_shapes_is_checked_when_it_runs(pytester: pytest.Pytester, scenes) -> None:
     """The collection check sees placeholder tensors; generate_args that reads a shape cannot finish
     on them, so the check is left to the run, where the real tensors exist."""
-    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+    pytester.makepyfile(
+        test_scene=HEADER
+        + textwrap.dedent("""
         @scene_test(layer="rmsnorm")
         class TestGood(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
@@ -178,7 +244,8 @@ def test_a_scene_needing_real_shapes_is_checked_when_it_runs(pytester: pytest.Py
             def generate_args(self, params):
                 x = torch.randn(params["batch"], params["hidden"])
                 return {"input": x, "weight": torch.randn(x.shape[1]), "output": torch.empty(x.shape[0], 256)}
-    """))
+    """)
+    )
     result = pytester.runpytest_inprocess("-rf")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*TypeError: TestBad.generate_args returned no Out or InOut tensor; wrap each output*"])
@@ -193,7 +260,9 @@ def test_collection_computes_no_tensor(pytester: pytest.Pytester, scenes) -> Non
         def pytest_collection_finish(session):
             print("torch._dynamo imported:", "torch._dynamo" in sys.modules)
     """)
-    pytester.makepyfile(test_scene=HEADER + textwrap.dedent("""
+    pytester.makepyfile(
+        test_scene=HEADER
+        + textwrap.dedent("""
         @scene_test(layer="rmsnorm")
         class TestHuge(NormScene):
             CASES = [Case("b2", batch=2, hidden=256)]
@@ -201,7 +270,8 @@ def test_collection_computes_no_tensor(pytester: pytest.Pytester, scenes) -> Non
             def generate_args(self, params):  # 64 GiB each, were they real
                 w = torch.randn(2 ** 17, 2 ** 17) / 2 ** 8.5
                 return {"input": torch.cat([w, w]) * 2, "weight": w.abs() + 1, "output": Out(torch.empty_like(w))}
-    """))
+    """)
+    )
     result = pytester.runpytest_subprocess("--collect-only", "-s")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["torch._dynamo imported: False", "*1 test collected*"])

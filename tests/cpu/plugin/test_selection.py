@@ -25,13 +25,20 @@ def test_plain():
 """
 
 
-@pytest.mark.parametrize(("selectors", "selected"), [
-    (["TestNorm::b2"], ["TestNorm::b2[[]sm80[]]", "TestNorm::b2[[]sm90[]]"]),
-    (["TestOther::b2", "TestNorm::b4"], ["TestNorm::b4[[]sm80[]]", "TestNorm::b4[[]sm90[]]",
-                                         "TestOther::b2[[]sm80[]]", "TestOther::b2[[]sm90[]]"]),
-], ids=["one", "two"])
-def test_mpk_case_keeps_only_those_cases_on_every_arch(pytester: pytest.Pytester, scenes, selectors: list[str],
-                                                       selected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("selectors", "selected"),
+    [
+        (["TestNorm::b2"], ["TestNorm::b2[[]sm80[]]", "TestNorm::b2[[]sm90[]]"]),
+        (
+            ["TestOther::b2", "TestNorm::b4"],
+            ["TestNorm::b4[[]sm80[]]", "TestNorm::b4[[]sm90[]]", "TestOther::b2[[]sm80[]]", "TestOther::b2[[]sm90[]]"],
+        ),
+    ],
+    ids=["one", "two"],
+)
+def test_mpk_case_keeps_only_those_cases_on_every_arch(
+    pytester: pytest.Pytester, scenes, selectors: list[str], selected: list[str]
+) -> None:
     pytester.makepyfile(test_scene=SCENE)
     args = [a for s in selectors for a in ("--mpk-case", s)]
     result = pytester.runpytest_inprocess("--collect-only", "-q", "--arch", "sm80", "--arch", "sm90", *args)
@@ -40,13 +47,15 @@ def test_mpk_case_keeps_only_those_cases_on_every_arch(pytester: pytest.Pytester
     result.stdout.no_fnmatch_line("*test_plain*")
 
 
-@pytest.mark.parametrize(("selector", "hint"), [
-    ("TestNorm::b3", "did you mean TestNorm::b4, TestNorm::b2*"),
-    ("TestNorn::b2_wide", "did you mean TestNorm::b2_wide*"),
-    ("Zzz::qqq", "collected cases: TestNorm::b2, TestNorm::b2_wide, TestNorm::b4, TestOther::b2"),
-])
-def test_unknown_case_is_a_usage_error_with_suggestions(pytester: pytest.Pytester, scenes, selector: str,
-                                                        hint: str) -> None:
+@pytest.mark.parametrize(
+    ("selector", "hint"),
+    [
+        ("TestNorm::b3", "did you mean TestNorm::b4, TestNorm::b2*"),
+        ("TestNorn::b2_wide", "did you mean TestNorm::b2_wide*"),
+        ("Zzz::qqq", "collected cases: TestNorm::b2, TestNorm::b2_wide, TestNorm::b4, TestOther::b2"),
+    ],
+)
+def test_unknown_case_is_a_usage_error_with_suggestions(pytester: pytest.Pytester, scenes, selector: str, hint: str) -> None:
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.runpytest_inprocess("--mpk-case", selector)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -57,16 +66,18 @@ def test_unknown_case_without_scenes_says_none_were_collected(pytester: pytest.P
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     result = pytester.runpytest_inprocess("--mpk-case", "TestNorm::b2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --mpk-case TestNorm::b2: no such scene case; no scene cases were collected "
-                                 "from the given paths"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: --mpk-case TestNorm::b2: no such scene case; no scene cases were collected from the given paths"]
+    )
 
 
 @pytest.mark.parametrize("selector", ["TestNorm", "TestNorm::", "::b2", "TestNorm::b2[sm90]", "Test Norm::b2"])
 def test_malformed_selector_is_a_usage_error(pytester: pytest.Pytester, selector: str) -> None:
     result = pytester.runpytest_inprocess("--mpk-case", selector)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*error: argument --mpk-case: expected CLASS::CASE (e.g. TestRMSNorm::b16), got " + glob.escape(repr(selector))])
+    result.stderr.fnmatch_lines(
+        ["*error: argument --mpk-case: expected CLASS::CASE (e.g. TestRMSNorm::b16), got " + glob.escape(repr(selector))]
+    )
 
 
 def test_keyword_selects_cases(pytester: pytest.Pytester, scenes) -> None:
@@ -76,7 +87,8 @@ def test_keyword_selects_cases(pytester: pytest.Pytester, scenes) -> None:
 
 
 def test_last_failed_reruns_only_the_failing_case(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from pytest_mpk import Case, scene_test
         from scenes import NormScene, rmsnorm
 
@@ -86,9 +98,11 @@ def test_last_failed_reruns_only_the_failing_case(pytester: pytest.Pytester, sce
 
             def compute_golden(self, args, params):
                 return rmsnorm(args.input, args.weight) + params["off"]
-    """)
+    """
+    )
     pytester.runpytest_inprocess().assert_outcomes(passed=1, failed=1)
     result = pytester.runpytest_inprocess("--lf", "-v")
     result.assert_outcomes(failed=1, deselected=1)
-    result.stdout.fnmatch_lines(["run-last-failure: rerun previous 1 failure*",
-                                 "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*"])
+    result.stdout.fnmatch_lines(
+        ["run-last-failure: rerun previous 1 failure*", "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*"]
+    )

@@ -32,8 +32,9 @@ def test_sweep_passes_when_every_example_does(pytester: pytest.Pytester, scenes)
     pytester.makepyfile(test_scene=SWEEP.format(wrong=0))
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["test_scene.py::TestProbe::sweep[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-                                 "*- mpk backends: 1 emulated+compiled -*"])
+    result.stdout.fnmatch_lines(
+        ["test_scene.py::TestProbe::sweep[[]sm90[]] PASSED [[]emulated+compiled[]]*", "*- mpk backends: 1 emulated+compiled -*"]
+    )
 
 
 def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, scenes) -> None:
@@ -42,22 +43,25 @@ def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, 
     pytester.makepyfile(test_scene=SWEEP.format(wrong=1))
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ TestProbe::sweep[[]sm90[]] _*",
-        "output 'y' (int32, shape (3, 4)) differs from the golden (rtol=0, atol=0): 12 of 12 elements (100%)",
-        "params: {'batch': 3}",
-        "backend: emulated+compiled (sm90)",
-        "artifacts: */.mpk-artifacts/test_scene.py_TestProbe_sweep_sm90 (*",
-        "repro: pytest 'test_scene.py::TestProbe::sweep[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
-        "Falsifying example: sweep_case(",
-        "    params={'batch': 3},",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ TestProbe::sweep[[]sm90[]] _*",
+            "output 'y' (int32, shape (3, 4)) differs from the golden (rtol=0, atol=0): 12 of 12 elements (100%)",
+            "params: {'batch': 3}",
+            "backend: emulated+compiled (sm90)",
+            "artifacts: */.mpk-artifacts/test_scene.py_TestProbe_sweep_sm90 (*",
+            "repro: pytest 'test_scene.py::TestProbe::sweep[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
+            "Falsifying example: sweep_case(",
+            "    params={'batch': 3},",
+        ]
+    )
     inputs = torch.load(pytester.path / ".mpk-artifacts" / "test_scene.py_TestProbe_sweep_sm90" / "inputs.pt")
     assert inputs["x"].shape == (3, 4)
 
 
 def test_sweep_items_sit_beside_the_cases(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(test_scene="""
+    pytester.makepyfile(
+        test_scene="""
         from hypothesis import strategies as st
         from pytest_mpk import Case, scene_test
         from scenes import ProbeScene
@@ -66,11 +70,13 @@ def test_sweep_items_sit_beside_the_cases(pytester: pytest.Pytester, scenes) -> 
         class TestProbe(ProbeScene):
             CASES = [Case("b2", batch=2)]
             SWEEP = {"batch": st.sampled_from([1, 2])}
-    """)
+    """
+    )
     result = pytester.runpytest_inprocess("-v", "--arch", "sm90", "--arch", "sm80", "-k", "sm90")
     result.assert_outcomes(passed=2, deselected=2)
-    result.stdout.fnmatch_lines(["test_scene.py::TestProbe::b2[[]sm90[]] PASSED*",
-                                 "test_scene.py::TestProbe::sweep[[]sm90[]] PASSED*"])
+    result.stdout.fnmatch_lines(
+        ["test_scene.py::TestProbe::b2[[]sm90[]] PASSED*", "test_scene.py::TestProbe::sweep[[]sm90[]] PASSED*"]
+    )
 
 
 def test_plugin_profiles() -> None:
@@ -88,13 +94,15 @@ def test_a_conftest_profile_of_the_same_name_wins(pytester: pytest.Pytester) -> 
 
         settings.register_profile("dev", max_examples=3)
     """)
-    pytester.makepyfile(test_profiles="""
+    pytester.makepyfile(
+        test_profiles="""
         from hypothesis import settings
 
         def test_profiles():
             assert settings.get_profile("dev").max_examples == 3
             assert settings.get_profile("ci").max_examples == 10
-    """)
+    """
+    )
     try:
         pytester.runpytest_inprocess().assert_outcomes(passed=1)
     finally:

@@ -27,8 +27,9 @@ def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: p
                 assert os.environ["CUDA_VISIBLE_DEVICES"] == {"gw0": "4", "gw1": "7"}[worker]
         """,
     )
-    result = pytester.runpytest_subprocess("-p", "mpk", "-n", "2", "-v", "--arch", "sm90", "--mpk-backend", "emulate",
-                                           timeout=300)
+    result = pytester.runpytest_subprocess(
+        "-p", "mpk", "-n", "2", "-v", "--arch", "sm90", "--mpk-backend", "emulate", timeout=300
+    )
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED [[]emulated+compiled[]] test_scene.py::TestNorm::*"])
     result.stdout.fnmatch_lines(["*[[]gw1[]]*PASSED [[]emulated+compiled[]] test_scene.py::TestNorm::*"])
@@ -36,19 +37,20 @@ def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: p
 
 
 @pytest.mark.parametrize(("visible", "workers"), [("0,1,2", 3), ("5", 1), ("", None), ("-1", None)])
-def test_auto_workers_are_one_per_visible_gpu(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                              visible: str, workers: int | None) -> None:
+def test_auto_workers_are_one_per_visible_gpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, visible: str, workers: int | None
+) -> None:
     """``-n auto``: one worker per visible GPU; without GPUs, xdist's own default (None)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfig()) == workers
 
 
-def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pytester,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three visible GPUs on a machine of any CPU count: xdist starts three workers, pinned to 0, 1, 2
     (xdist's own answer, the CPU count, must not win)."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    pytester.makepyfile(test_where="""
+    pytester.makepyfile(
+        test_where="""
         import os
 
         import pytest
@@ -56,7 +58,8 @@ def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pyte
         @pytest.mark.parametrize("i", range(12))
         def test_where(i, worker_id):
             print("WHERE", worker_id, os.environ["CUDA_VISIBLE_DEVICES"])
-    """)
+    """
+    )
     result = pytester.runpytest_subprocess("-p", "mpk", "-n", "auto", "-rA")
     result.assert_outcomes(passed=12)
     result.stdout.fnmatch_lines(["created: 3/3 workers"])

@@ -55,13 +55,18 @@ def recorder():
 def graph() -> CompiledGraph:
     """A compiled graph with what the profiler reads: rmsnorm_0 (tasks 0, 1), noop_0 (task 2),
     noop_1 (task 3); two task types, two workers."""
-    layers = tuple(LayerInfo(i, name, task, opcode, (n, 1, 1), {}, (), (), first, n, ())
-                   for i, (name, task, opcode, first, n) in enumerate([("rmsnorm_0", "rmsnorm", 2, 0, 2),
-                                                                       ("noop_0", "noop", 1, 2, 1),
-                                                                       ("noop_1", "noop", 1, 3, 1)]))
-    tasks = tuple(TaskInfo(i, label, layer, variant, (0, 0, 0), (), (), (), i % 2, None, ())
-                  for i, (label, layer, variant) in enumerate([("rmsnorm_0[0]", 0, 0), ("rmsnorm_0[1]", 0, 0),
-                                                               ("noop_0[0]", 1, 1), ("noop_1[0]", 2, 1)]))
+    layers = tuple(
+        LayerInfo(i, name, task, opcode, (n, 1, 1), {}, (), (), first, n, ())
+        for i, (name, task, opcode, first, n) in enumerate(
+            [("rmsnorm_0", "rmsnorm", 2, 0, 2), ("noop_0", "noop", 1, 2, 1), ("noop_1", "noop", 1, 3, 1)]
+        )
+    )
+    tasks = tuple(
+        TaskInfo(i, label, layer, variant, (0, 0, 0), (), (), (), i % 2, None, ())
+        for i, (label, layer, variant) in enumerate(
+            [("rmsnorm_0[0]", 0, 0), ("rmsnorm_0[1]", 0, 0), ("noop_0[0]", 1, 1), ("noop_1[0]", 2, 1)]
+        )
+    )
     schedule = ScheduleInfo("round_robin", 2, ((0, 2), (1, 3)), 2, ())
     return CompiledGraph("sm90", 0, (), layers, (), tasks, schedule)
 

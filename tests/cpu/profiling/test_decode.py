@@ -37,12 +37,22 @@ def test_workers_iterations_and_prepare(recorder):
     dev.prepare(3, T0 + 30_000, T0 + 30_050)  # the call that returns false and ends the launch
     p = decode(dev.tensor(), 3, 1)
     assert [(s.worker, s.event_no, s.task, s.iteration) for s in p.tasks if s.worker == 0] == [
-        (0, 0, 0, 0), (0, 1, 2, 0), (0, 2, 0, 1), (0, 3, 2, 1), (0, 4, 0, 2), (0, 5, 2, 2)]
+        (0, 0, 0, 0),
+        (0, 1, 2, 0),
+        (0, 2, 0, 1),
+        (0, 3, 2, 1),
+        (0, 4, 0, 2),
+        (0, 5, 2, 2),
+    ]
     assert [(s.event_no, s.task, s.iteration, s.begin_ns) for s in p.tasks if s.worker == 2] == [
-        (0, 1, 0, T0 + 250), (1, 1, 1, T0 + 10_250), (2, 1, 2, T0 + 20_250)]
+        (0, 1, 0, T0 + 250),
+        (1, 1, 1, T0 + 10_250),
+        (2, 1, 2, T0 + 20_250),
+    ]
     assert not [s for s in p.tasks if s.worker == 1]
     assert p.prepare == [PrepareSpan(i, 0, T0 + i * 10_000, T0 + i * 10_000 + 100) for i in range(3)] + [
-        PrepareSpan(3, 0, T0 + 30_000, T0 + 30_050)]
+        PrepareSpan(3, 0, T0 + 30_000, T0 + 30_050)
+    ]
     assert p.dropped == 0 and not p.dangling
 
 
@@ -64,18 +74,44 @@ def test_overflow_counts_dropped_records_and_keeps_the_first(recorder):
 
 def test_a_lost_end_in_the_middle_leaves_both_neighbours_intact():
     # Records written by hand: task 5 began and the next record is task 6's begin.
-    words = [3, T0, 5 | contract.PROF_TASK_BEGIN << 32, T0 + 10, 6 | contract.PROF_TASK_BEGIN << 32,
-             T0 + 20, 6 | contract.PROF_TASK_END << 32, 0, 0, 0, 0, 0, 0, 0]
+    words = [
+        3,
+        T0,
+        5 | contract.PROF_TASK_BEGIN << 32,
+        T0 + 10,
+        6 | contract.PROF_TASK_BEGIN << 32,
+        T0 + 20,
+        6 | contract.PROF_TASK_END << 32,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
     p = decode(words, 1, 1)
     assert p.tasks == [TaskSpan(6, 0, 0, 0, T0 + 10, T0 + 20)]
     assert p.dangling == [Dangling("worker 0", "begin", "task", 5, 0, T0)]
 
 
 def test_an_end_without_its_begin_and_a_mismatched_end_are_dangling():
-    words = [3, T0, 4 | contract.PROF_TASK_END << 32,  # nothing open
-             T0 + 5, 7 | contract.PROF_TASK_BEGIN << 32,
-             T0 + 9, 8 | contract.PROF_TASK_END << 32,  # ends a task that is not the open one
-             0, 0, 0, 0, 0, 0, 0]
+    words = [
+        3,
+        T0,
+        4 | contract.PROF_TASK_END << 32,  # nothing open
+        T0 + 5,
+        7 | contract.PROF_TASK_BEGIN << 32,
+        T0 + 9,
+        8 | contract.PROF_TASK_END << 32,  # ends a task that is not the open one
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ]
     p = decode(words, 1, 1)
     assert p.tasks == []
     assert [(d.edge, d.id, d.timestamp_ns) for d in p.dangling] == [("end", 4, T0), ("begin", 7, T0 + 5), ("end", 8, T0 + 9)]
@@ -121,22 +157,28 @@ def test_trailing_words_that_fill_no_region_are_ignored(recorder):
     assert decode(dev.words, 2, 1).tasks == [TaskSpan(0, 0, 1, 0, T0, T0 + 1)]
 
 
-@pytest.mark.parametrize("buffer, workers, schedulers, match", [
-    ([0] * 8, 2, 1, "cannot hold one record for each of 3 recorders .*at least 9 entries"),
-    ([0] * 9, 0, 1, "num_workers=0"),
-    (torch.zeros(4, 9, dtype=torch.uint64), 2, 1, "1-D uint64 tensor"),
-    (torch.zeros(9, dtype=torch.float32), 2, 1, "1-D uint64 tensor"),
-])
+@pytest.mark.parametrize(
+    "buffer, workers, schedulers, match",
+    [
+        ([0] * 8, 2, 1, "cannot hold one record for each of 3 recorders .*at least 9 entries"),
+        ([0] * 9, 0, 1, "num_workers=0"),
+        (torch.zeros(4, 9, dtype=torch.uint64), 2, 1, "1-D uint64 tensor"),
+        (torch.zeros(9, dtype=torch.float32), 2, 1, "1-D uint64 tensor"),
+    ],
+)
 def test_unusable_buffers_are_errors(buffer, workers, schedulers, match):
     with pytest.raises(ProfileError, match=match):
         decode(buffer, workers, schedulers)
 
 
-@pytest.mark.parametrize("region, kind, match", [
-    (0, 9, "record kind 9"),
-    (0, contract.PROF_PREPARE_BEGIN, "not one a worker writes"),
-    (1, contract.PROF_TASK_BEGIN, "not one a scheduler writes"),
-])
+@pytest.mark.parametrize(
+    "region, kind, match",
+    [
+        (0, 9, "record kind 9"),
+        (0, contract.PROF_PREPARE_BEGIN, "not one a worker writes"),
+        (1, contract.PROF_TASK_BEGIN, "not one a scheduler writes"),
+    ],
+)
 def test_records_from_another_abi_are_errors(recorder, region, kind, match):
     dev = recorder(2 * 5, num_workers=1)
     dev.record(region, kind, 0, 0, T0)
@@ -151,8 +193,12 @@ def test_an_end_before_its_begin_is_corruption(recorder):
         decode(dev.words, 1, 1)
 
 
-@given(region_words=st.integers(3, 40), spare=st.integers(0, 4), num_workers=st.integers(1, 4),
-       runs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.integers(0, 1000)), max_size=60))
+@given(
+    region_words=st.integers(3, 40),
+    spare=st.integers(0, 4),
+    num_workers=st.integers(1, 4),
+    runs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50), st.integers(0, 1000)), max_size=60),
+)
 def test_decode_inverts_the_device_recorder(recorder, region_words, spare, num_workers, runs):
     """Whatever fits is decoded exactly; what does not fit is counted; only the last record a worker
     kept can be a begin without its end."""
@@ -168,7 +214,7 @@ def test_decode_inverts_the_device_recorder(recorder, region_words, spare, num_w
     fits = (capacity // (num_workers + 1) - 1) // 2
     for w, runs_of_w in expected.items():
         kept = min(2 * len(runs_of_w), fits)
-        assert [(s.task, s.begin_ns, s.end_ns) for s in p.tasks if s.worker == w] == runs_of_w[:kept // 2]
+        assert [(s.task, s.begin_ns, s.end_ns) for s in p.tasks if s.worker == w] == runs_of_w[: kept // 2]
         assert [s.event_no for s in p.tasks if s.worker == w] == list(range(kept // 2))
         assert p.dropped_by_region[w] == 2 * len(runs_of_w) - kept
         lost = [d for d in p.dangling if d.recorder == f"worker {w}"]

@@ -33,8 +33,16 @@ def read_trace(path):
         else:
             e = p.track_event
             notes = {a.name: (a.string_value if a.HasField("string_value") else a.uint_value) for a in e.debug_annotations}
-            events.append({"ts": p.timestamp, "type": pb.TrackEvent.Type.Name(e.type), "track": names[e.track_uuid],
-                           "name": e.name, "categories": list(e.categories), "notes": notes})
+            events.append(
+                {
+                    "ts": p.timestamp,
+                    "type": pb.TrackEvent.Type.Name(e.type),
+                    "track": names[e.track_uuid],
+                    "name": e.name,
+                    "categories": list(e.categories),
+                    "notes": notes,
+                }
+            )
     return names, parents, events
 
 
@@ -70,8 +78,11 @@ def test_csv_rows(profile, graph, tmp_path):
     assert paths == {"trace": tmp_path / "run.perfetto-trace", "csv": tmp_path / "run.csv"}
     with open(paths["csv"], newline="") as f:
         rows = list(csv.reader(f))
-    assert tuple(rows[0]) == COLUMNS == ("task_type_id", "task_type_name", "layer", "worker", "event_no", "begin_ns",
-                                         "end_ns", "duration_ns")
+    assert (
+        tuple(rows[0])
+        == COLUMNS
+        == ("task_type_id", "task_type_name", "layer", "worker", "event_no", "begin_ns", "end_ns", "duration_ns")
+    )
     assert rows[1:] == [  # in order of begin
         ["2", "rmsnorm", "rmsnorm_0", "0", "0", str(T0 + 200), str(T0 + 1200), "1000"],
         ["2", "rmsnorm", "rmsnorm_0", "1", "0", str(T0 + 210), str(T0 + 1010), "800"],
@@ -153,8 +164,7 @@ def test_export_with_a_real_graph(recorder, compiled_graph, tmp_path):
     for t in graph.tasks:
         dev.task(t.worker, t.id, T0 + 100 * t.id, T0 + 100 * t.id + 60)
     rows = read_csv(export(decode(dev.words, 4, 1), graph, tmp_path / "real")["csv"])
-    assert [(r.task_type_name, r.layer, r.worker) for r in rows] == [("noop", f"noop_{t.layer}", t.worker)
-                                                                      for t in graph.tasks]
+    assert [(r.task_type_name, r.layer, r.worker) for r in rows] == [("noop", f"noop_{t.layer}", t.worker) for t in graph.tasks]
     assert {r.task_type_id for r in rows} == {graph.layers[0].opcode}
 
 
@@ -167,8 +177,10 @@ def test_a_dangling_prepare_next_batch_is_marked_on_the_controller_track(recorde
         names, _, events = read_trace(export(profile, graph, tmp_path / "p")["trace"])
     assert [(s["track"], s["dur"]) for s in slices(events)] == [("controller: prepare_next_batch", 10)]
     (lost,) = [e for e in events if e["type"] == "TYPE_INSTANT" and e["track"] != "profiler"]
-    assert (lost["track"], lost["ts"], lost["name"]) == ("controller: prepare_next_batch", T0 + 20,
-                                                         "prepare_next_batch: begin without its end")
+    assert (lost["track"], lost["ts"], lost["name"]) == (
+        "controller: prepare_next_batch",
+        T0 + 20,
+        "prepare_next_batch: begin without its end",
+    )
     assert lost["notes"] == {"dangling": "begin", "iteration": 1}
-    assert next(e for e in events if e["track"] == "profiler")["notes"] == {
-        "dropped": 1, "dangling": 1, "dropped scheduler 0": 1}
+    assert next(e for e in events if e["track"] == "profiler")["notes"] == {"dropped": 1, "dangling": 1, "dropped scheduler 0": 1}

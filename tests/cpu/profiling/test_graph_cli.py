@@ -31,8 +31,7 @@ def test_summary(capsys, compiled_graph):
     assert out["tasks_by_type"] == {"noop": 8}
     assert out["tasks_by_layer"] == {"noop_0": 1, "noop_1": 1, "noop_2": 1, "noop_3": 4, "noop_4": 1}
     assert out["tasks_by_worker"] == {"0": 2, "1": 2, "2": 2, "3": 2}
-    assert out["critical_path"] == {"length_tasks": 5,
-                                    "tasks": ["noop_0[0]", "noop_1[0]", "noop_2[0]", "noop_3[0]", "noop_4[0]"]}
+    assert out["critical_path"] == {"length_tasks": 5, "tasks": ["noop_0[0]", "noop_1[0]", "noop_2[0]", "noop_3[0]", "noop_4[0]"]}
     assert out["max_fan_in"] == {"deps": 4, "task": 7, "label": "noop_4[0]"}
     assert out["max_fan_out"] == {"dependents": 4, "task": 2, "label": "noop_2[0]"}
     events = g["schedule"]["events"]
@@ -50,7 +49,11 @@ def test_task(capsys, compiled_graph):
     assert out["worker"] == g["tasks"][7]["worker"]
     assert g["schedule"]["queues"][out["worker"]][out["queue_position"]] == 7
     assert [(d["task"], d["label"], d["hazard"]) for d in out["deps"]] == [
-        (3, "noop_3[0]", "raw"), (4, "noop_3[1]", "raw"), (5, "noop_3[2]", "raw"), (6, "noop_3[3]", "raw")]
+        (3, "noop_3[0]", "raw"),
+        (4, "noop_3[1]", "raw"),
+        (5, "noop_3[2]", "raw"),
+        (6, "noop_3[3]", "raw"),
+    ]
     assert out["wait_event"]["trigger_count"] == 4 and out["wait_event"]["producers"] == [3, 4, 5, 6]
     assert out["dependents"] == [] and out["triggers"] == []
     assert out["inputs"] == [{"tensor": "wide", "lo": [0], "hi": [4], "byte_offset": 0}]
@@ -92,8 +95,18 @@ def test_dot(capsys, compiled_graph, tmp_path):
     assert [int(n) for n, _ in nodes] == list(range(8))
     assert nodes[7][1] == f"noop_4[0]\\nworker {g['tasks'][7]['worker']}"
     edges = re.findall(r"^  t(\d+) -> t(\d+) \[style=solid\];$", text, re.M)
-    assert sorted((int(a), int(b)) for a, b in edges) == [(0, 1), (1, 2), (2, 3), (2, 4), (2, 5), (2, 6), (3, 7), (4, 7),
-                                                          (5, 7), (6, 7)]
+    assert sorted((int(a), int(b)) for a, b in edges) == [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (2, 4),
+        (2, 5),
+        (2, 6),
+        (3, 7),
+        (4, 7),
+        (5, 7),
+        (6, 7),
+    ]
     # inside the cluster of layer 3 are exactly its four tasks
     cluster3 = text.split("subgraph cluster_3 {")[1].split("}")[0]
     assert re.findall(r"t(\d+) \[", cluster3) == ["3", "4", "5", "6"]
@@ -103,21 +116,48 @@ def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
     """A minimal valid task graph: one layer, task i depending on deps[i], all on worker 0."""
     n = len(deps)
     return {
-        "format": "mpk-task-graph", "version": 1, "arch": "sm90", "rank": 0, "tensors": [],
-        "layers": [{"id": 0, "name": "noop_0", "task": "noop", "opcode": 1, "grid": [max(n, 1), 1, 1], "scalars": [],
-                    "first_task": 0, "num_tasks": n, "args": []}],
+        "format": "mpk-task-graph",
+        "version": 1,
+        "arch": "sm90",
+        "rank": 0,
+        "tensors": [],
+        "layers": [
+            {
+                "id": 0,
+                "name": "noop_0",
+                "task": "noop",
+                "opcode": 1,
+                "grid": [max(n, 1), 1, 1],
+                "scalars": [],
+                "first_task": 0,
+                "num_tasks": n,
+                "args": [],
+            }
+        ],
         "variants": [{"id": 0, "task": "noop", "call": "noop<>(task, rt);"}],
-        "tasks": [{"id": i, "label": f"noop_0[{i}]", "layer": 0, "variant": 0, "grid_idx": [i, 0, 0],
-                   "deps": [{"task": d, "hazard": h} for d, h in deps[i]],
-                   "worker": 0, "wait_event": None, "triggers": [], "inputs": [], "outputs": []} for i in range(n)],
+        "tasks": [
+            {
+                "id": i,
+                "label": f"noop_0[{i}]",
+                "layer": 0,
+                "variant": 0,
+                "grid_idx": [i, 0, 0],
+                "deps": [{"task": d, "hazard": h} for d, h in deps[i]],
+                "worker": 0,
+                "wait_event": None,
+                "triggers": [],
+                "inputs": [],
+                "outputs": [],
+            }
+            for i in range(n)
+        ],
         "schedule": {"policy": "locality", "num_workers": 1, "queues": [list(range(n))], "events": []},
     }
 
 
 def test_hazard_styles_and_diamond_critical_path(capsys, tmp_path):
     path = tmp_path / "g.json"
-    path.write_text(json.dumps(synthetic({0: [], 1: [(0, "raw")], 2: [(0, "war")], 3: [(1, "raw"), (2, "waw")],
-                                          4: []})))
+    path.write_text(json.dumps(synthetic({0: [], 1: [(0, "raw")], 2: [(0, "war")], 3: [(1, "raw"), (2, "waw")], 4: []})))
     _, out = call(capsys, path)
     assert out["critical_path"] == {"length_tasks": 3, "tasks": ["noop_0[0]", "noop_0[1]", "noop_0[3]"]}
     assert out["trigger_count_histogram"] == {} and out["events"] == 0
@@ -134,22 +174,32 @@ def test_empty_graph(capsys, tmp_path):
     assert out["max_fan_in"] == {"deps": 0, "task": None, "label": None}
 
 
-@pytest.mark.parametrize("content, argv, match", [
-    (None, [], "cannot read task graph .*No such file"),
-    ("{not json", [], "not JSON"),
-    (json.dumps({"format": "mpk-signature"}), [], "not a task graph"),
-    (json.dumps({"format": "mpk-task-graph"}), [], "g.json: tensors: missing"),
-    (json.dumps(synthetic({0: [(1, "raw")], 1: [(0, "raw")]})), [], r"tasks\[0\]\.deps: depends on tasks \[1\], which do "
-                                                                    r"not come before it"),
-    (json.dumps(synthetic({0: [(5, "raw")]})), [], r"tasks\[0\]\.deps: depends on tasks \[5\]"),
-    (json.dumps({**synthetic({0: []}), "tasks": [{"id": 0, "layer": 0, "deps": []}]}), [], r"tasks\[0\]\.grid_idx: missing"),
-    (json.dumps({**synthetic({0: []}), "tasks": [{**synthetic({0: []})["tasks"][0], "worker": 3}]}), [],
-     r"tasks\[0\]\.worker: expected an integer in \[0, 1\), got 3"),
-    (json.dumps(synthetic({0: []})), ["--task", "3"], "no task 3; this graph has tasks 0..0"),
-    (json.dumps(synthetic({0: []})), ["--task", "x"], "argument --task: invalid int value: 'x'"),
-    (json.dumps(synthetic({0: []})), ["--event", "0"], "no event 0; this graph has 0 events"),
-    (json.dumps(synthetic({0: []})), ["--task", "0", "--event", "0"], "not allowed with argument"),
-])
+@pytest.mark.parametrize(
+    "content, argv, match",
+    [
+        (None, [], "cannot read task graph .*No such file"),
+        ("{not json", [], "not JSON"),
+        (json.dumps({"format": "mpk-signature"}), [], "not a task graph"),
+        (json.dumps({"format": "mpk-task-graph"}), [], "g.json: tensors: missing"),
+        (
+            json.dumps(synthetic({0: [(1, "raw")], 1: [(0, "raw")]})),
+            [],
+            r"tasks\[0\]\.deps: depends on tasks \[1\], which do "
+            r"not come before it",
+        ),
+        (json.dumps(synthetic({0: [(5, "raw")]})), [], r"tasks\[0\]\.deps: depends on tasks \[5\]"),
+        (json.dumps({**synthetic({0: []}), "tasks": [{"id": 0, "layer": 0, "deps": []}]}), [], r"tasks\[0\]\.grid_idx: missing"),
+        (
+            json.dumps({**synthetic({0: []}), "tasks": [{**synthetic({0: []})["tasks"][0], "worker": 3}]}),
+            [],
+            r"tasks\[0\]\.worker: expected an integer in \[0, 1\), got 3",
+        ),
+        (json.dumps(synthetic({0: []})), ["--task", "3"], "no task 3; this graph has tasks 0..0"),
+        (json.dumps(synthetic({0: []})), ["--task", "x"], "argument --task: invalid int value: 'x'"),
+        (json.dumps(synthetic({0: []})), ["--event", "0"], "no event 0; this graph has 0 events"),
+        (json.dumps(synthetic({0: []})), ["--task", "0", "--event", "0"], "not allowed with argument"),
+    ],
+)
 def test_errors(capsys, tmp_path, content, argv, match):
     path = tmp_path / "g.json"
     if content is not None:

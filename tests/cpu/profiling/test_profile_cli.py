@@ -19,11 +19,15 @@ T0 = 1_700_000_000_000_000_000
 @pytest.fixture
 def trace_csv(tmp_path):
     """rmsnorm_0: 10 runs of 100..1000 ns over 2 workers; noop_0 then noop_1 (task_type_id 1)."""
-    rows = [Row(2, "rmsnorm", "rmsnorm_0", i % 2, i // 2, T0 + 1000 * i, T0 + 1000 * i + 100 * (i + 1), 100 * (i + 1))
-            for i in range(10)]
-    rows += [Row(1, "noop", "noop_0", 0, 5, T0 + 20_000, T0 + 20_030, 30),
-             Row(1, "noop", "noop_0", 1, 5, T0 + 20_005, T0 + 20_015, 10),
-             Row(1, "noop", "noop_1", 0, 6, T0 + 21_000, T0 + 21_050, 50)]
+    rows = [
+        Row(2, "rmsnorm", "rmsnorm_0", i % 2, i // 2, T0 + 1000 * i, T0 + 1000 * i + 100 * (i + 1), 100 * (i + 1))
+        for i in range(10)
+    ]
+    rows += [
+        Row(1, "noop", "noop_0", 0, 5, T0 + 20_000, T0 + 20_030, 30),
+        Row(1, "noop", "noop_0", 1, 5, T0 + 20_005, T0 + 20_015, 10),
+        Row(1, "noop", "noop_1", 0, 6, T0 + 21_000, T0 + 21_050, 50),
+    ]
     path = tmp_path / "run.csv"
     write_csv(path, rows)
     return path
@@ -37,23 +41,42 @@ def call(capsys, *argv):
 
 
 def test_list(capsys, trace_csv):
-    assert call(capsys, trace_csv, "--list") == (0, {"rows": 13, "task_types": [
-        {"task_type_id": 1, "task_type_name": "noop", "count": 3, "total_ns": 90},
-        {"task_type_id": 2, "task_type_name": "rmsnorm", "count": 10, "total_ns": 5500}]})
+    assert call(capsys, trace_csv, "--list") == (
+        0,
+        {
+            "rows": 13,
+            "task_types": [
+                {"task_type_id": 1, "task_type_name": "noop", "count": 3, "total_ns": 90},
+                {"task_type_id": 2, "task_type_name": "rmsnorm", "count": 10, "total_ns": 5500},
+            ],
+        },
+    )
 
 
-@pytest.mark.parametrize("stat, value", [("min", 100), ("max", 1000), ("avg", 550.0), ("median", 550.0),
-                                         ("p90", 900), ("wall", 9000 + 1000)])
+@pytest.mark.parametrize(
+    "stat, value", [("min", 100), ("max", 1000), ("avg", 550.0), ("median", 550.0), ("p90", 900), ("wall", 9000 + 1000)]
+)
 def test_one_stat(capsys, trace_csv, stat, value):
     assert call(capsys, trace_csv, "rmsnorm", "--stat", stat) == (
-        0, {"task_type": "rmsnorm", "task_type_id": 2, "count": 10, f"{stat}_ns": value})
+        0,
+        {"task_type": "rmsnorm", "task_type_id": 2, "count": 10, f"{stat}_ns": value},
+    )
 
 
 def test_all_stats_by_numeric_id(capsys, trace_csv):
     code, out = call(capsys, trace_csv, "1", "--stat", "all")
     assert code == 0
-    assert out == {"task_type": "noop", "task_type_id": 1, "count": 3, "min_ns": 10, "max_ns": 50, "avg_ns": 30.0,
-                   "median_ns": 30, "p90_ns": 50, "wall_ns": 21_050 - 20_000}
+    assert out == {
+        "task_type": "noop",
+        "task_type_id": 1,
+        "count": 3,
+        "min_ns": 10,
+        "max_ns": 50,
+        "avg_ns": 30.0,
+        "median_ns": 30,
+        "p90_ns": 50,
+        "wall_ns": 21_050 - 20_000,
+    }
 
 
 def test_stat_without_task_covers_every_row(capsys, trace_csv):
@@ -71,10 +94,23 @@ def test_per_layer(capsys, trace_csv):
     code, out = call(capsys, trace_csv, "--per-layer")
     assert code == 0
     assert [(e["layer"], e["count"], e["total_ns"], e["span_ns"]) for e in out["layers"]] == [
-        ("rmsnorm_0", 10, 5500, 10_000), ("noop_0", 2, 40, 30), ("noop_1", 1, 50, 50)]
-    assert out["layers"][1] == {"layer": "noop_0", "task_type_name": "noop", "task_type_id": 1, "count": 2,
-                                "total_ns": 40, "avg_ns": 20.0, "min_ns": 10, "max_ns": 30,
-                                "first_begin_ns": T0 + 20_000, "last_end_ns": T0 + 20_030, "span_ns": 30}
+        ("rmsnorm_0", 10, 5500, 10_000),
+        ("noop_0", 2, 40, 30),
+        ("noop_1", 1, 50, 50),
+    ]
+    assert out["layers"][1] == {
+        "layer": "noop_0",
+        "task_type_name": "noop",
+        "task_type_id": 1,
+        "count": 2,
+        "total_ns": 40,
+        "avg_ns": 20.0,
+        "min_ns": 10,
+        "max_ns": 30,
+        "first_begin_ns": T0 + 20_000,
+        "last_end_ns": T0 + 20_030,
+        "span_ns": 30,
+    }
 
 
 def test_per_layer_of_one_task_type(capsys, trace_csv):
@@ -107,17 +143,23 @@ def write(tmp_path, text):
 HEADER = ",".join(COLUMNS) + "\n"
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["{csv}", "attention", "--stat", "avg"], "no task type 'attention' in this profile; it has: noop \\(1\\), rmsnorm \\(2\\)"),
-    (["{csv}", "77", "--stat", "avg"], "no task type '77'"),
-    (["{csv}", "rmsnorm", "--stat", "p95"], "argument --stat: invalid choice: 'p95'"),
-    (["{csv}", "rmsnorm"], "one of the arguments --list --stat --per-layer --png is required"),
-    (["{csv}", "--list", "--per-layer"], "not allowed with argument"),
-    (["{csv}", "rmsnorm", "--list"], "--list lists every task type; drop TASK"),
-    (["{missing}", "--list"], "cannot read profile CSV .*missing.csv.*No such file"),
-    (["{csv}", "--png", "{missing_dir}"], "No such file or directory"),
-    ([], "the following arguments are required: TRACE.csv"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (
+            ["{csv}", "attention", "--stat", "avg"],
+            "no task type 'attention' in this profile; it has: noop \\(1\\), rmsnorm \\(2\\)",
+        ),
+        (["{csv}", "77", "--stat", "avg"], "no task type '77'"),
+        (["{csv}", "rmsnorm", "--stat", "p95"], "argument --stat: invalid choice: 'p95'"),
+        (["{csv}", "rmsnorm"], "one of the arguments --list --stat --per-layer --png is required"),
+        (["{csv}", "--list", "--per-layer"], "not allowed with argument"),
+        (["{csv}", "rmsnorm", "--list"], "--list lists every task type; drop TASK"),
+        (["{missing}", "--list"], "cannot read profile CSV .*missing.csv.*No such file"),
+        (["{csv}", "--png", "{missing_dir}"], "No such file or directory"),
+        ([], "the following arguments are required: TRACE.csv"),
+    ],
+)
 def test_errors(capsys, trace_csv, tmp_path, argv, match):
     paths = {"csv": trace_csv, "missing": tmp_path / "missing.csv", "missing_dir": tmp_path / "no" / "such" / "x.png"}
     code, out = call(capsys, *[a.format(**paths) for a in argv])
@@ -126,16 +168,21 @@ def test_errors(capsys, trace_csv, tmp_path, argv, match):
     assert re.search(match, out["error"]), out["error"]
 
 
-@pytest.mark.parametrize("text, match", [
-    ("", "not a profile CSV; the header must be task_type_id,"),
-    ("a,b,c\n1,2,3\n", "not a profile CSV"),
-    (HEADER, "no rows"),
-    (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200\n", ":2: expected 8 fields, got 7"),
-    (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200,100\nx,rmsnorm,rmsnorm_0,0,1,200,300,100\n",
-     ":3: task_type_id='x' is not an integer"),
-    (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200,50\n", ":2: duration_ns=50 does not equal end_ns - begin_ns = 100"),
-    (HEADER + "2,rmsnorm,rmsnorm_0,0,0,300,200,-100\n", "duration_ns=-100"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "not a profile CSV; the header must be task_type_id,"),
+        ("a,b,c\n1,2,3\n", "not a profile CSV"),
+        (HEADER, "no rows"),
+        (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200\n", ":2: expected 8 fields, got 7"),
+        (
+            HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200,100\nx,rmsnorm,rmsnorm_0,0,1,200,300,100\n",
+            ":3: task_type_id='x' is not an integer",
+        ),
+        (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200,50\n", ":2: duration_ns=50 does not equal end_ns - begin_ns = 100"),
+        (HEADER + "2,rmsnorm,rmsnorm_0,0,0,300,200,-100\n", "duration_ns=-100"),
+    ],
+)
 def test_malformed_csv(capsys, tmp_path, text, match):
     code, out = call(capsys, write(tmp_path, text), "--list")
     assert code == 2 and match in out["error"], out
@@ -145,5 +192,4 @@ def test_malformed_csv(capsys, tmp_path, text, match):
 def test_console_script(trace_csv):
     """One run of the installed entry point (each start imports torch: about 1.5 s)."""
     ok = subprocess.run(["mpk-profile", str(trace_csv), "rmsnorm", "--stat", "max"], capture_output=True, text=True)
-    assert (ok.returncode, json.loads(ok.stdout)) == (0, {"task_type": "rmsnorm", "task_type_id": 2, "count": 10,
-                                                          "max_ns": 1000})
+    assert (ok.returncode, json.loads(ok.stdout)) == (0, {"task_type": "rmsnorm", "task_type_id": 2, "count": 10, "max_ns": 1000})

@@ -21,17 +21,19 @@ def logits(params):
 
 @scene_test(layer="argmax_partial")
 class TestArgmaxPartial(SceneTestCase):
-    CASES = [Case("b4_v32000_p32", batch=4, vocab=32000, parts=32, ties=False),
-             Case("b2_ties", batch=2, vocab=1024, parts=8, ties=True)]
+    CASES = [
+        Case("b4_v32000_p32", batch=4, vocab=32000, parts=32, ties=False),
+        Case("b2_ties", batch=2, vocab=1024, parts=8, ties=True),
+    ]
 
     def generate_args(self, params):
         b, p = params["batch"], params["parts"]
-        return {"input": logits(params), "values": Out(torch.empty(b, p)),
-                "indices": Out(torch.empty(b, p, dtype=torch.int64))}
+        return {"input": logits(params), "values": Out(torch.empty(b, p)), "indices": Out(torch.empty(b, p, dtype=torch.int64))}
 
     def build(self, pk, t, params):
-        pk.argmax_partial_layer(input=t.input, values=t.values, indices=t.indices, grid_dim=(params["parts"], 1, 1),
-                                block_dim=pk.block_dim)
+        pk.argmax_partial_layer(
+            input=t.input, values=t.values, indices=t.indices, grid_dim=(params["parts"], 1, 1), block_dim=pk.block_dim
+        )
 
     def compute_golden(self, args, params):
         values, indices = find("argmax_partial")(args.input, num_parts=params["parts"])
@@ -42,11 +44,12 @@ class TestArgmaxPartial(SceneTestCase):
 class TestSampling(SceneTestCase):
     """Partial then reduce, writing output_tokens: equal to torch.argmax over the whole vocabulary."""
 
-    CASES = [Case("b1_v32000", batch=1, vocab=32000, parts=64, ties=False),
-             Case("b16_v4096", batch=16, vocab=4096, parts=16, ties=False),
-             Case("b4_ties", batch=4, vocab=2048, parts=8, ties=True)]
-    SWEEP = {"batch": st.integers(1, 16), "vocab": st.just(4096), "parts": st.sampled_from([1, 8, 32]),
-             "ties": st.booleans()}
+    CASES = [
+        Case("b1_v32000", batch=1, vocab=32000, parts=64, ties=False),
+        Case("b16_v4096", batch=16, vocab=4096, parts=16, ties=False),
+        Case("b4_ties", batch=4, vocab=2048, parts=8, ties=True),
+    ]
+    SWEEP = {"batch": st.integers(1, 16), "vocab": st.just(4096), "parts": st.sampled_from([1, 8, 32]), "ties": st.booleans()}
 
     def generate_args(self, params):
         return {"logits": logits(params), "tokens": Out(torch.empty(params["batch"], dtype=torch.int64))}
@@ -55,10 +58,8 @@ class TestSampling(SceneTestCase):
         b, p = params["batch"], params["parts"]
         values = pk.new_tensor((b, p), torch.float32, "values")
         indices = pk.new_tensor((b, p), torch.int64, "indices")
-        pk.argmax_partial_layer(input=t.logits, values=values, indices=indices, grid_dim=(p, 1, 1),
-                                block_dim=pk.block_dim)
-        pk.argmax_reduce_layer(values=values, indices=indices, output=t.tokens, grid_dim=(1, 1, 1),
-                               block_dim=pk.block_dim)
+        pk.argmax_partial_layer(input=t.logits, values=values, indices=indices, grid_dim=(p, 1, 1), block_dim=pk.block_dim)
+        pk.argmax_reduce_layer(values=values, indices=indices, output=t.tokens, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
         return torch.argmax(args.logits.float(), dim=-1)

@@ -20,17 +20,17 @@ class TestEmbed(SceneTestCase):
 
     def kernel_params(self, params):
         b = params["batch"]  # one request whose prompt is the batch: input_tokens = the prompt
-        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b,
-                "meta_tensors": {"tokens": prompt(params)}}
+        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b, "meta_tensors": {"tokens": prompt(params)}}
 
     def generate_args(self, params):
-        return {"weight": torch.randn(params["vocab"], params["hidden"], dtype=torch.bfloat16),
-                "output": Out(torch.empty(params["batch"], params["hidden"], dtype=torch.bfloat16))}
+        return {
+            "weight": torch.randn(params["vocab"], params["hidden"], dtype=torch.bfloat16),
+            "output": Out(torch.empty(params["batch"], params["hidden"], dtype=torch.bfloat16)),
+        }
 
     def build(self, pk, t, params):
         tokens = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
-        pk.embed_layer(input=tokens, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1),
-                       block_dim=pk.block_dim)
+        pk.embed_layer(input=tokens, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
         return args.weight[prompt(params)[0]]

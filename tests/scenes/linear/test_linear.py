@@ -18,19 +18,24 @@ class TestLinear(SceneTestCase):
         Case("b1_k4096_n12288", batch=1, k=4096, n=12288, tasks=96),
         Case("b16_k4096_n12288", batch=16, k=4096, n=12288, tasks=128, manual=True),
     ]
-    SWEEP = {"batch": st.integers(1, 16), "k": st.sampled_from([512, 1024]), "n": st.just(1024),
-             "tasks": st.sampled_from([8, 16, 32])}
+    SWEEP = {
+        "batch": st.integers(1, 16),
+        "k": st.sampled_from([512, 1024]),
+        "n": st.just(1024),
+        "tasks": st.sampled_from([8, 16, 32]),
+    }
     DTYPE = torch.bfloat16
 
     def generate_args(self, params):
         b, k, n = params["batch"], params["k"], params["n"]
-        return {"input": torch.randn(b, k, dtype=self.DTYPE),
-                "weight": torch.randn(n, k, dtype=self.DTYPE) / k ** 0.5,
-                "output": Out(torch.empty(b, n, dtype=self.DTYPE))}
+        return {
+            "input": torch.randn(b, k, dtype=self.DTYPE),
+            "weight": torch.randn(n, k, dtype=self.DTYPE) / k**0.5,
+            "output": Out(torch.empty(b, n, dtype=self.DTYPE)),
+        }
 
     def build(self, pk, t, params):
-        pk.linear_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1),
-                        block_dim=pk.block_dim)
+        pk.linear_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
 
 
 @scene_test(layer="linear")
@@ -48,13 +53,19 @@ class TestLinearActiveTokens(SceneTestCase):
 
     def kernel_params(self, params):
         b = params["batch"]
-        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b,
-                "meta_tensors": {"prompt_lengths": torch.tensor([params["active"]], dtype=torch.int32)}}
+        return {
+            "max_num_batched_tokens": b,
+            "max_seq_length": b,
+            "max_num_pages": b,
+            "meta_tensors": {"prompt_lengths": torch.tensor([params["active"]], dtype=torch.int32)},
+        }
 
     def generate_args(self, params):
-        return {"input": torch.randn(params["batch"], 512, dtype=torch.bfloat16),
-                "weight": torch.randn(256, 512, dtype=torch.bfloat16) / 512 ** 0.5,
-                "output": Out(torch.zeros(params["batch"], 256, dtype=torch.bfloat16))}
+        return {
+            "input": torch.randn(params["batch"], 512, dtype=torch.bfloat16),
+            "weight": torch.randn(256, 512, dtype=torch.bfloat16) / 512**0.5,
+            "output": Out(torch.zeros(params["batch"], 256, dtype=torch.bfloat16)),
+        }
 
     def build(self, pk, t, params):
         pk.linear_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(4, 1, 1), block_dim=pk.block_dim)

@@ -18,14 +18,22 @@ class TestLinearWithResidual(SceneTestCase):
 
     def generate_args(self, params):
         b, k, n = params["batch"], params["k"], params["n"]
-        return {"input": torch.randn(b, k, dtype=torch.bfloat16),
-                "weight": torch.randn(n, k, dtype=torch.bfloat16) / k ** 0.5,
-                "residual": torch.randn(b, n, dtype=torch.bfloat16),
-                "output": Out(torch.empty(b, n, dtype=torch.bfloat16))}
+        return {
+            "input": torch.randn(b, k, dtype=torch.bfloat16),
+            "weight": torch.randn(n, k, dtype=torch.bfloat16) / k**0.5,
+            "residual": torch.randn(b, n, dtype=torch.bfloat16),
+            "output": Out(torch.empty(b, n, dtype=torch.bfloat16)),
+        }
 
     def build(self, pk, t, params):
-        pk.linear_with_residual_layer(input=t.input, weight=t.weight, residual=t.residual, output=t.output,
-                                      grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
+        pk.linear_with_residual_layer(
+            input=t.input,
+            weight=t.weight,
+            residual=t.residual,
+            output=t.output,
+            grid_dim=(params["tasks"], 1, 1),
+            block_dim=pk.block_dim,
+        )
 
 
 if __name__ == "__main__":

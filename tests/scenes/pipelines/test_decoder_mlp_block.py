@@ -16,23 +16,34 @@ def prompt(params):
 
 @scene_test(layer="decoder_mlp_block")
 class TestDecoderMLPBlock(SceneTestCase):
-    CASES = [Case("b1_v2048_h1024", batch=1, vocab=2048, hidden=1024, inter=2048, tasks=32),
-             Case("b8_v4096_h512", batch=8, vocab=4096, hidden=512, inter=1024, tasks=16)]
+    CASES = [
+        Case("b1_v2048_h1024", batch=1, vocab=2048, hidden=1024, inter=2048, tasks=32),
+        Case("b8_v4096_h512", batch=8, vocab=4096, hidden=512, inter=1024, tasks=16),
+    ]
 
     def kernel_params(self, params):
         b = params["batch"]  # one request: a prompt of `batch` tokens, then room for the sampled one
-        return {"max_num_batched_tokens": b, "max_seq_length": b + 1, "max_num_pages": b + 1,
-                "meta_tensors": {"tokens": prompt(params),
-                                 "prompt_lengths": torch.tensor([b], dtype=torch.int32)}}
+        return {
+            "max_num_batched_tokens": b,
+            "max_seq_length": b + 1,
+            "max_num_pages": b + 1,
+            "meta_tensors": {"tokens": prompt(params), "prompt_lengths": torch.tensor([b], dtype=torch.int32)},
+        }
 
     def generate_args(self, params):
         b, v, h, i = params["batch"], params["vocab"], params["hidden"], params["inter"]
         bf = torch.bfloat16
-        return {"embedding": torch.randn(v, h, dtype=bf), "norm_weight": torch.randn(h, dtype=bf),
-                "w_gate": torch.randn(i, h, dtype=bf) / h ** 0.5, "w_up": torch.randn(i, h, dtype=bf) / h ** 0.5,
-                "w_down": torch.randn(h, i, dtype=bf) / i ** 0.5, "lm_head": torch.randn(v, h, dtype=bf) / h ** 0.5,
-                "hidden_out": Out(torch.empty(b, h, dtype=bf)), "logits": Out(torch.empty(b, v, dtype=bf)),
-                "tokens": Out(torch.empty(b, dtype=torch.int64))}
+        return {
+            "embedding": torch.randn(v, h, dtype=bf),
+            "norm_weight": torch.randn(h, dtype=bf),
+            "w_gate": torch.randn(i, h, dtype=bf) / h**0.5,
+            "w_up": torch.randn(i, h, dtype=bf) / h**0.5,
+            "w_down": torch.randn(h, i, dtype=bf) / i**0.5,
+            "lm_head": torch.randn(v, h, dtype=bf) / h**0.5,
+            "hidden_out": Out(torch.empty(b, h, dtype=bf)),
+            "logits": Out(torch.empty(b, v, dtype=bf)),
+            "tokens": Out(torch.empty(b, dtype=torch.int64)),
+        }
 
     def build(self, pk, t, params):
         b, h, i, tasks = params["batch"], params["hidden"], params["inter"], params["tasks"]
@@ -49,8 +60,9 @@ class TestDecoderMLPBlock(SceneTestCase):
         w_gatedup = pk.shuffle_tensors([t.w_gate, t.w_up], shuffled_dim=0, num_groups=tasks // 2, name="w_gatedup")
         pk.linear_layer(input=x, weight=w_gatedup, output=mid, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.silu_mul_layer(input=mid, output=act, grid_dim=(tasks // 2, 1, 1), block_dim=bd)
-        pk.linear_with_residual_layer(input=act, weight=t.w_down, residual=emb, output=t.hidden_out,
-                                      grid_dim=(tasks // 2, 1, 1), block_dim=bd)
+        pk.linear_with_residual_layer(
+            input=act, weight=t.w_down, residual=emb, output=t.hidden_out, grid_dim=(tasks // 2, 1, 1), block_dim=bd
+        )
         pk.linear_layer(input=t.hidden_out, weight=t.lm_head, output=t.logits, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.argmax_partial_layer(input=t.logits, values=values, indices=indices, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.argmax_reduce_layer(values=values, indices=indices, output=t.tokens, grid_dim=(1, 1, 1), block_dim=bd)

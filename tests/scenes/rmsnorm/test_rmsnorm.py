@@ -21,13 +21,20 @@ class TestRMSNorm(SceneTestCase):
 
     def generate_args(self, params):
         b, h = params["batch"], params["hidden"]
-        return {"input": torch.randn(b, h, dtype=self.DTYPE),
-                "weight": torch.randn(h, dtype=self.DTYPE),
-                "output": Out(torch.empty(b, h, dtype=self.DTYPE))}
+        return {
+            "input": torch.randn(b, h, dtype=self.DTYPE),
+            "weight": torch.randn(h, dtype=self.DTYPE),
+            "output": Out(torch.empty(b, h, dtype=self.DTYPE)),
+        }
 
     def build(self, pk, t, params):  # "tasks" rows per task when given, else one row per task
-        pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output,
-                         grid_dim=(params.get("tasks", params["batch"]), 1, 1), block_dim=pk.block_dim)
+        pk.rmsnorm_layer(
+            input=t.input,
+            weight=t.weight,
+            output=t.output,
+            grid_dim=(params.get("tasks", params["batch"]), 1, 1),
+            block_dim=pk.block_dim,
+        )
 
 
 @scene_test(layer="rmsnorm")

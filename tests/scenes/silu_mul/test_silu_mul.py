@@ -19,8 +19,7 @@ class TestSiluMul(SceneTestCase):
 
     def generate_args(self, params):
         b, i = params["batch"], params["inter"]
-        return {"input": torch.randn(b, 2 * i, dtype=torch.bfloat16) * 3,
-                "output": Out(torch.empty(b, i, dtype=torch.bfloat16))}
+        return {"input": torch.randn(b, 2 * i, dtype=torch.bfloat16) * 3, "output": Out(torch.empty(b, i, dtype=torch.bfloat16))}
 
     def build(self, pk, t, params):
         pk.silu_mul_layer(input=t.input, output=t.output, grid_dim=(params["groups"], 1, 1), block_dim=pk.block_dim)
