@@ -3,6 +3,8 @@ says how many elements are off, where the NaN / inf are, and which elements are 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 # (rtol, atol) per dtype: what a correct kernel lands within against an fp32 reference; integers
@@ -87,3 +89,44 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
         idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), actual.shape))
         lines.append(f"    {idx}: {a[idx].item():.6g} vs {e[idx].item():.6g}, {diff[idx].item():.3g}")
     return "\n".join(lines)
+
+
+def check_expected(
+    name: str, actual: torch.Tensor, expected: Any, before: torch.Tensor, rtol: float | None = None, atol: float | None = None
+) -> None:
+    """Check an output against an ``Expected``: its value where ``written``, and, elsewhere, the bits it
+    held before the run (nothing may have written there). MismatchError with both reports otherwise."""
+    value, written = expected.value, expected.written
+    actual = actual.detach().cpu()
+    if not isinstance(written, torch.Tensor) or written.dtype != torch.bool:
+        raise MismatchError(f"output {name!r}: Expected(written=...) must be a bool tensor, got {written!r}")
+    if tuple(written.shape) != tuple(actual.shape[: written.dim()]):
+        raise MismatchError(
+            f"output {name!r}: Expected(written=...) has shape {tuple(written.shape)}; it must be the output's shape "
+            f"{tuple(actual.shape)} or a prefix of it"
+        )
+    mask = written.reshape(*written.shape, *([1] * (actual.dim() - written.dim()))).expand(actual.shape)
+    problems = []
+    changed = ~mask & (_bits(actual) != _bits(before.detach().cpu()))
+    if bool(changed.any()):
+        where = ", ".join(str(tuple(i.tolist())) for i in changed.nonzero()[:5])
+        problems.append(
+            f"output {name!r}: {int(changed.sum())} elements that no task should write were changed (first at {where}); "
+            f"the golden marks them unwritten (Expected(written=...))"
+        )
+    if not isinstance(value, torch.Tensor):
+        raise MismatchError(f"output {name!r}: the golden's Expected value is a {type(value).__name__}, not a tensor")
+    fill = torch.zeros((), dtype=actual.dtype)
+    try:
+        check(name, torch.where(mask, actual, fill), torch.where(mask, value.detach().cpu().to(actual.dtype), fill), rtol, atol)
+    except MismatchError as e:
+        problems.append(str(e))
+    if problems:
+        raise MismatchError("\n".join(problems))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits, so that NaN poison compares equal to itself."""
+    if t.dtype.is_floating_point and t.element_size() in (2, 4, 8):
+        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t

@@ -17,7 +17,7 @@ import mpk_runtime as mpk
 from mpk_runtime import harness
 
 from . import compare, devices
-from .scene import Case, InOut, Out, SceneTestCase
+from .scene import Case, Expected, InOut, Out, SceneTestCase
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
 
@@ -60,14 +60,24 @@ def outputs_of(args: dict[str, Any]) -> list[str]:
 
 
 def golden(
-    scene: SceneTestCase, layer: str, args: dict[str, Any], params: dict[str, Any], search: list[Path], outputs: list[str]
-) -> dict[str, torch.Tensor]:
+    scene: SceneTestCase,
+    layer: str,
+    args: dict[str, Any],
+    params: dict[str, Any],
+    search: list[Path],
+    outputs: list[str],
+    meta: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
     """The expected outputs: ``compute_golden(args, params)`` if the scene defines it, else the
-    layer's reference (nearest pytorch_reference.py) called with the inputs by name."""
+    layer's reference (nearest pytorch_reference.py) called with the inputs by name. ``args.meta``
+    holds the meta tensors as prepare_next_batch left them (CPU copies), for layers that read them."""
     plain = {n: (v.tensor if isinstance(v, Out) else v) for n, v in args.items()}
     compute = getattr(scene, "compute_golden", None)
     if compute is not None:
-        result = compute(types.SimpleNamespace(**plain), dict(params))
+        namespace = types.SimpleNamespace(**plain)
+        if "meta" not in plain:  # an argument named meta keeps its name; the meta tensors are then in pk only
+            namespace.meta = types.SimpleNamespace(**(meta or {}))
+        result = compute(namespace, dict(params))
     else:
         fn = harness.find_reference(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
@@ -169,6 +179,7 @@ def run_case(
         setup.notes.append(f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}")
         if setup.backend == devices.COMPILED:
             return
+        before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
         pk()
         pk.synchronize(timeout=setup.hang_timeout + 60)
         if setup.profile and setup.backend == devices.GPU:
@@ -181,6 +192,7 @@ def run_case(
             params,
             search,
             outs,
+            {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
         scene_compare = getattr(scene, "compare", None)
         if scene_compare is not None:
@@ -189,8 +201,12 @@ def run_case(
             errors = []
             for name in outs:
                 rtol, atol = case.tolerance_for(name) if case else (None, None)
+                want = expected[name]
                 try:
-                    compare.check(name, actual[name], expected[name], rtol, atol)
+                    if isinstance(want, Expected):
+                        compare.check_expected(name, actual[name], want, before[name], rtol, atol)
+                    else:
+                        compare.check(name, actual[name], want, rtol, atol)
                 except compare.MismatchError as e:
                     errors.append(str(e))
             if errors:

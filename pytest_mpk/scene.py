@@ -43,6 +43,20 @@ class InOut(Out):
         return f"InOut({getattr(self.tensor, 'shape', '?')})"
 
 
+class Expected:
+    """What ``compute_golden`` may return for an output instead of a plain tensor: ``value`` where
+    ``written`` is True, and, where it is False, nothing written at all (the element must still hold
+    what it held before the run: the poison of an Out, the generated value of an InOut). E.g. rows of
+    inactive tokens, or the slots of a KV cache no task should touch. ``written`` is a bool tensor of
+    the output's shape, or of a prefix of it (broadcast over the remaining dims: one flag per row)."""
+
+    def __init__(self, value: Any, written: Any):
+        self.value, self.written = value, written
+
+    def __repr__(self) -> str:
+        return f"Expected({getattr(self.value, 'shape', '?')}, written={getattr(self.written, 'shape', '?')})"
+
+
 @dataclass
 class Case:
     """One named point of a scene's parameter space.

@@ -130,8 +130,8 @@ class TaskGraph:
         layer.first_task = len(self.tasks)
         for gz, gy, gx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
             idx = (gx, gy, gz)
-            reads = [TensorSlice(a.tensor, _region(a, grid, idx)) for a in args if not a.writes]
-            writes = [TensorSlice(a.tensor, _region(a, grid, idx)) for a in args if a.writes]
+            reads = [TensorSlice(a.tensor, _region(a, grid, idx), a.partition.runtime_disjoint) for a in args if not a.writes]
+            writes = [TensorSlice(a.tensor, _region(a, grid, idx), a.partition.runtime_disjoint) for a in args if a.writes]
             self._add_task(Task(len(self.tasks), layer, idx, reads, writes))
         layer.num_tasks = len(self.tasks) - layer.first_task
         self._layer_counts[spec.name] = self._layer_counts.get(spec.name, 0) + 1
@@ -142,7 +142,7 @@ class TaskGraph:
         return layer
 
     def _add_task(self, task: Task) -> None:
-        task.deps = self._hazards.add(task.id, task.reads, task.writes)
+        task.deps = self._hazards.add(task.id, task.layer.id, task.reads, task.writes)
         self.tasks.append(task)
 
     def dependents(self) -> list[list[int]]:
@@ -156,6 +156,13 @@ class TaskGraph:
 def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg]) -> None:
     used = set()
     for a in args:
+        for dim, axis in a.partition.selected:
+            used.add(axis)
+            if dim >= a.tensor.num_dims:
+                raise GridError(
+                    f"{layer}: {spec.name} selects rows of dim {dim} of {a.name!r} at run time, but {a.tensor!r} has "
+                    f"only {a.tensor.num_dims} dims"
+                )
         for dim, axis in a.partition.axes:
             used.add(axis)
             if dim >= a.tensor.num_dims:

@@ -61,6 +61,9 @@ class Region:
 class TensorSlice:
     tensor: DTensor
     region: Region
+    # The task picks its part of the region at run time, disjoint from the other tasks of its layer
+    # (tasks.partition.Partition.selected): no hazard between two such slices of one layer.
+    runtime_disjoint: bool = False
 
     @property
     def byte_offset(self) -> int:

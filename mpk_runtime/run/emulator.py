@@ -19,7 +19,7 @@ import torch
 from ..errors import GraphError, KernelError, WatchdogError
 from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
 from ..tasks import registry
-from ..tasks.spec import TaskFailure, TaskSpec
+from ..tasks.spec import EmulationContext, TaskFailure, TaskSpec
 from . import batching, diagnostics
 
 
@@ -76,7 +76,7 @@ def run(
     iteration = 0
     while planner.prepare_next_batch(iteration):
         active = (cfg.max_num_batched_tokens, int(meta["num_new_tokens"][0]))
-        _run_iteration(graph, tensors, specs, rng, order, iteration, active)
+        _run_iteration(_Iteration(graph, tensors, specs, meta, cfg, iteration, active), rng, order)
         iteration += 1
     return EmulatedRun(iteration, order)
 
@@ -93,31 +93,36 @@ def _view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | None, 
     return t[tuple(slice(lo, hi) for lo, hi in bounds)]
 
 
-def _run_task(
-    graph: CompiledGraph, t: TaskInfo, spec: TaskSpec, tensors: dict[str, torch.Tensor], iteration: int, active: tuple[int, int]
-) -> None:
-    layer = graph.layers[t.layer]
+@dataclass
+class _Iteration:
+    """What every task of one emulated iteration reads."""
+
+    graph: CompiledGraph
+    tensors: dict[str, torch.Tensor]
+    specs: list[TaskSpec]
+    meta: dict[str, torch.Tensor]
+    cfg: batching.BatchConfig
+    index: int
+    active: tuple[int, int]  # (max_num_batched_tokens, active tokens)
+
+
+def _run_task(it: _Iteration, t: TaskInfo) -> None:
+    layer, spec = it.graph.layers[t.layer], it.specs[t.layer]
     ins, outs = layer.input_names, layer.output_names
-    views = {n: _view(tensors, s, spec.token_dims.get(n), active) for n, s in zip(ins + outs, t.inputs + t.outputs)}
+    views = {n: _view(it.tensors, s, spec.token_dims.get(n), it.active) for n, s in zip(ins + outs, t.inputs + t.outputs)}
     if any(views[n].numel() == 0 for n in spec.token_dims if n in views):
         return  # no live rows
+    ctx = EmulationContext(t.grid_idx, layer.grid, it.meta, it.cfg, it.index)
     try:
-        spec.emulate({n: views[n] for n in ins}, {n: views[n] for n in outs}, layer.values)
+        spec.emulate({n: views[n] for n in ins}, {n: views[n] for n in outs}, layer.values, ctx)
     except TaskFailure as f:
         raise KernelError(
-            f"emulated iteration {iteration}: {diagnostics.task_error_message(graph, t.id, f.code, f.value)}"
+            f"emulated iteration {it.index}: {diagnostics.task_error_message(it.graph, t.id, f.code, f.value)}"
         ) from None
 
 
-def _run_iteration(
-    graph: CompiledGraph,
-    tensors: dict[str, torch.Tensor],
-    specs: list[TaskSpec],
-    rng: random.Random,
-    order: list[int],
-    iteration: int,
-    active: tuple[int, int],
-) -> None:
+def _run_iteration(it: _Iteration, rng: random.Random, order: list[int]) -> None:
+    graph = it.graph
     queues = graph.schedule.queues
     events = graph.schedule.events
     counters = [0] * len(events)
@@ -126,10 +131,10 @@ def _run_iteration(
     while live:
         ready = [w for w in live if _can_start(graph.tasks[queues[w][pos[w]]], counters, graph)]
         if not ready:
-            raise _deadlock(graph, pos, iteration)
+            raise _deadlock(graph, pos, it.index)
         w = rng.choice(ready)
         t = graph.tasks[queues[w][pos[w]]]
-        _run_task(graph, t, specs[t.layer], tensors, iteration, active)
+        _run_task(it, t)
         for e in t.triggers:
             counters[e] += 1
         order.append(t.id)

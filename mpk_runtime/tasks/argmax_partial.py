@@ -9,7 +9,7 @@ import torch
 from .. import archs
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, split
 
 
 @register_task
@@ -42,7 +42,9 @@ class ArgmaxPartial(TaskSpec):
         batch, cols = s["input"].shape
         return [s["input"].dtype.cpp, batch, cols, s["input"].full_shape[1], s["values"].full_shape[1]]
 
-    def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+    def emulate(
+        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
         from . import references
 
         v, i = references.find("argmax_partial")(inputs["input"], num_parts=1)

@@ -9,7 +9,7 @@ import torch
 from .. import archs, contract
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import Arg, SliceInfo, TaskFailure, TaskSpec, register_task, split, whole
+from .registry import Arg, EmulationContext, SliceInfo, TaskFailure, TaskSpec, register_task, split, whole
 
 
 @register_task
@@ -56,9 +56,11 @@ class Embed(TaskSpec):
             return f"token id {value} is outside the vocabulary [0, {vocab}) of {weight!r}"
         return super().error_message(code, value, layer, tensors)
 
-    def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+    def emulate(
+        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
         tok, w = inputs["input"], inputs["weight"]
         bad = (tok < 0) | (tok >= w.shape[0])
         if bool(bad.any()):
             raise TaskFailure(contract.TASK_ERROR_INDEX, int(tok[bad][0]))
-        super().emulate(inputs, outputs, values)
+        super().emulate(inputs, outputs, values, ctx)

@@ -8,7 +8,7 @@ import torch
 
 from .. import archs
 from ..errors import DTypeError, ShapeError
-from .registry import Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, split
 
 PARTITION = split(x=0)
 
@@ -73,7 +73,9 @@ class Noop(TaskSpec):
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         return 50.0
 
-    def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+    def emulate(
+        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
         if not values["probe"]:
             return
         ins = list(inputs.values())

@@ -12,27 +12,53 @@ GRID_AXES = ("x", "y", "z")
 class Partition:
     """How a tensor argument is cut into per-task slices.
 
-    ``axes[d]`` names the grid axis ("x", "y" or "z") that splits tensor dimension ``d``; a dimension
-    that no axis splits is passed whole to every task.
+    ``axes``: (dim, grid axis) pairs; the grid axis ("x", "y" or "z") cuts that tensor dimension into
+    equal slices, one per grid index. A dimension no axis splits is passed whole to every task.
+
+    ``selected``: (dim, grid axis) pairs for dimensions whose part a task touches is only known at
+    run time, from the meta tensors (the rows of request x in a batch, the tokens routed to expert x).
+    The task sees the whole dimension and picks its rows itself; the spec promises that tasks with
+    different indices along that grid axis never touch the same elements. So the graph orders
+    them against other layers as readers / writers of the whole dimension, but not against each other.
     """
 
     axes: tuple[tuple[int, str], ...] = ()
+    selected: tuple[tuple[int, str], ...] = ()
 
     def axis_of(self, dim: int) -> str | None:
         return dict(self.axes).get(dim)
 
+    @property
+    def runtime_disjoint(self) -> bool:
+        """Whether tasks of one layer touch disjoint parts of this argument chosen at run time."""
+        return bool(self.selected)
+
+    def selecting(self, **axes: int) -> Partition:
+        """This partition, plus dimensions picked at run time: ``split(y=1).selecting(x=0)``."""
+        _check_axes(axes)
+        return Partition(self.axes, tuple(sorted(self.selected + tuple((dim, a) for a, dim in axes.items()))))
+
     def describe(self) -> str:
-        if not self.axes:
-            return "whole"
-        return ", ".join(f"dim {d} by grid {a}" for d, a in self.axes)
+        parts = [f"dim {d} by grid {a}" for d, a in self.axes]
+        parts += [f"dim {d} chosen at run time by grid {a}" for d, a in self.selected]
+        return ", ".join(parts) or "whole"
+
+
+def _check_axes(axes: dict[str, int]) -> None:
+    for axis in axes:
+        if axis not in GRID_AXES:
+            raise ValueError(f"split() takes grid axes x, y, z; got {axis!r}")
 
 
 def split(**axes: int) -> Partition:
     """``split(x=0)``: grid axis x cuts tensor dim 0 into grid_dim[0] equal slices."""
-    for axis in axes:
-        if axis not in GRID_AXES:
-            raise ValueError(f"split() takes grid axes x, y, z; got {axis!r}")
+    _check_axes(axes)
     return Partition(tuple(sorted((dim, axis) for axis, dim in axes.items())))
+
+
+def selected(**axes: int) -> Partition:
+    """``selected(x=0)``: task x picks its rows of dim 0 at run time (see Partition.selected)."""
+    return Partition().selecting(**axes)
 
 
 def whole() -> Partition:

@@ -11,11 +11,24 @@ from collections.abc import Callable
 
 from .. import archs, contract, resources
 from ..errors import ArityError, GraphError
-from .partition import Arg, SliceInfo, split, whole
-from .spec import TaskFailure, TaskSpec
+from .partition import Arg, SliceInfo, selected, split, whole
+from .spec import EmulationContext, TaskFailure, TaskSpec
 
 # What a task module needs to declare its task, importable from here in one line.
-__all__ = ["Arg", "SliceInfo", "TaskFailure", "TaskSpec", "all_specs", "get", "on_register", "register_task", "split", "whole"]
+__all__ = [
+    "Arg",
+    "EmulationContext",
+    "SliceInfo",
+    "TaskFailure",
+    "TaskSpec",
+    "all_specs",
+    "get",
+    "on_register",
+    "register_task",
+    "selected",
+    "split",
+    "whole",
+]
 
 _REGISTRY: dict[str, TaskSpec] = {}
 _ON_REGISTER: list[Callable[[TaskSpec], None]] = []

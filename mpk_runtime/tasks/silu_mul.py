@@ -9,7 +9,7 @@ import torch
 from .. import archs
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .registry import Arg, SliceInfo, TaskSpec, register_task, split
+from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, split
 
 
 @register_task
@@ -38,7 +38,9 @@ class SiluMul(TaskSpec):
         batch, cols = s["output"].shape
         return [s["input"].dtype.cpp, batch, cols, s["input"].full_shape[1], s["output"].full_shape[1]]
 
-    def emulate(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any]) -> None:
+    def emulate(
+        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
         # A task's slice is one [gate | up] group.
         from . import references
 

@@ -4,12 +4,26 @@ supported archs, cost, slice reference and error messages). See registry.py for 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import contract
 from ..errors import ConfigError
 from . import references
 from .partition import Arg, Partition, SliceInfo
+
+
+@dataclass(frozen=True)
+class EmulationContext:
+    """What a slice reference may know besides its slices, as a device body would: its grid index,
+    the layer's grid, the iteration's meta tensors (CPU tensors, as prepare_next_batch left them)
+    and the batch configuration (run.batching.BatchConfig)."""
+
+    grid_idx: tuple[int, int, int]
+    grid: tuple[int, int, int]
+    meta: dict[str, Any]
+    batch: Any
+    iteration: int
 
 
 class TaskFailure(Exception):
@@ -78,9 +92,10 @@ class TaskSpec:
             return f"index {value} read from its input is out of range"
         return f"error code {code} (value {value})"
 
-    def emulate(self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any]) -> None:
+    def emulate(self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any], ctx: EmulationContext) -> None:
         """The slice reference: compute this task's output slices (CPU tensors, written in place)
-        from its input slices. Default: the layer's canonical reference applied to the slices."""
+        from its input slices (and, for tasks that read the meta tensors, ``ctx``). Default: the
+        layer's canonical reference applied to the slices."""
         fn = references.find(self.reference or self.name, layer=self.name)
         result = fn(**inputs, **{k: values[k] for k in self.scalars})
         if isinstance(result, (tuple, list)):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mpk_runtime.graph import Region, TaskGraph
 from mpk_runtime.tasks import registry
+from mpk_runtime.tasks.registry import TaskSpec, split, whole
 
 
 def rmsnorm_graph(batch: int = 8, hidden: int = 64, grid: int = 4) -> TaskGraph:
@@ -193,3 +194,33 @@ def test_graph_json_describes_tensors_and_layers():
         ("weight", "whole", "IN"),
         ("output", "dim 0 by grid x", "OUT"),
     ]
+
+
+class RowsChosenAtRunTime(TaskSpec):
+    """A test-only spec (never registered): task x writes rows of ``out`` it picks at run time."""
+
+    name = "rows_at_run_time"
+    inputs = {"x": whole()}
+    outputs = {"out": split(y=1).selecting(x=0)}
+    headers = {"sm80": "common/noop.cuh"}
+    function = "mpk::tasks::noop"
+
+    def template_args(self, s, values):
+        return []
+
+
+def test_rows_chosen_at_run_time_order_layers_but_not_the_tasks_of_one_layer():
+    g = GraphBuilder()
+    x, out = g.tensor("x", rows=8, cols=4), g.tensor("out", rows=8, cols=4)
+    spec = RowsChosenAtRunTime()
+    args, values = spec.bind({"x": x, "out": out})
+    first = g.graph.add_layer(spec, (4, 2, 1), args, values)  # 4 requests x 2 column halves
+    second = g.graph.add_layer(spec, (4, 2, 1), spec.bind({"x": x, "out": out})[0], {})
+    tasks = g.graph.tasks
+    assert all(not tasks[t].deps for t in g.tasks_of(first))  # disjoint at run time: no order among them
+    assert [s.region for s in tasks[0].writes] == [Region((0, 0), (8, 2))]  # whole rows, its column half
+    # the second layer overwrites the same column half of every row: after each first-layer task of it
+    for t in g.tasks_of(second):
+        half = tasks[t].grid_idx[1]
+        assert set(tasks[t].deps) == {p for p in g.tasks_of(first) if tasks[p].grid_idx[1] == half}
+    assert first.args[1].partition.describe() == "dim 1 by grid y, dim 0 chosen at run time by grid x"
