@@ -83,7 +83,7 @@ def base_flags() -> list[str]:
     # Reports name files relative to the repository: g++ runs there (the compile directory) and both
     # maps strip it (the last one given is tried first). DWARF 4: GCC 12's DWARF 5 line tables keep
     # the compile directory unmapped.
-    return ["-std=c++17", "-O1", "-g", "-gdwarf-4", "-fPIC", "-fvisibility=hidden", "-DMPK_HOST_EMULATION",
+    return ["-std=c++17", "-g", "-gdwarf-4", "-fPIC", "-fvisibility=hidden", "-DMPK_HOST_EMULATION",
             f"-I{build.CSRC}", f"-I{cuda_include()}", f"-ffile-prefix-map={REPO}=", f"-ffile-prefix-map={REPO}/="]
 
 
@@ -155,7 +155,7 @@ def _publish(entry: Path, filename: str, record: dict, make) -> None:
 
 def runtime_archive() -> Path:
     """The block runner and race checker, compiled once per cache (they do not depend on the arch)."""
-    flags = base_flags()
+    flags = [*base_flags(), "-O2"]
     sources = [EMULATION / s for s in RUNTIME_SOURCES]
     headers = sorted(p for p in EMULATION.iterdir() if p.suffix == ".h")
     key = _key([cxx_version(cxx()), _cuda_version(), " ".join(flags).replace(str(REPO), "<repo>")], sources + headers)
@@ -181,7 +181,8 @@ def build_host_module(source: str, arch: str, name: str, race_check: bool = Fals
     start = time.perf_counter()
     text = host_source(source)
     dirs = [build.CSRC, *map(Path, include_dirs)]
-    flags = [*base_flags(), f"-DMPK_TARGET_SM={TARGET_SM[arch]}", *(f"-I{d}" for d in include_dirs),
+    # Bodies at -O1: half the time of -O0 (a third with race checking), and -O2 is no faster here.
+    flags = [*base_flags(), "-O1", f"-DMPK_TARGET_SM={TARGET_SM[arch]}", *(f"-I{d}" for d in include_dirs),
              *(RACE_FLAGS if race_check else [])]
     archive = runtime_archive()
     headers = _included(text, dirs) + sorted(p for p in EMULATION.iterdir() if p.suffix == ".h")

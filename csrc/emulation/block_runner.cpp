@@ -342,7 +342,8 @@ void resolve_barrier(Block &b) {
       continue;
     }
     auto it = std::find_if(sites.begin(), sites.end(), [&](auto const &s) {
-      return s.first->kind == t.kind && s.first->site.line == t.site.line && !strcmp(s.first->site.file, t.site.file);
+      return s.first->kind == t.kind && s.first->site.line == t.site.line &&
+             (s.first->site.file == t.site.file || !strcmp(s.first->site.file, t.site.file));
     });
     if (it == sites.end()) sites.push_back({&t, {}}), it = sites.end() - 1;
     it->second.push_back(i);

@@ -75,11 +75,18 @@ struct RaceState {
   std::vector<Report> reports;
   size_t dropped = 0;
 };
-thread_local RaceState rs;
+// Per OS thread, created on first use; a plain pointer so that reaching it costs one TLS lookup
+// (a thread_local object with a constructor costs an initialization check at every access).
+thread_local RaceState *tls_race = nullptr;
+
+RaceState &race_state() {
+  if (!tls_race) tls_race = new RaceState();
+  return *tls_race;
+}
 
 constexpr size_t kMaxReports = 16;
 
-Cell *page_cells(uintptr_t page) {
+Cell *page_cells(RaceState &rs, uintptr_t page) {
   if (page == rs.last_page) return rs.last_cells;
   Cell *&cells = rs.pages[page];
   if (!cells) {
@@ -100,34 +107,37 @@ Cell *page_cells(uintptr_t page) {
   return cells;
 }
 
-void add_report(Report const &r) {
+void add_report(RaceState &rs, Report const &r) {
   for (Report const &o : rs.reports)
     if (o.kind == r.kind && o.pc == r.pc && (r.kind != Finding::kRace || o.prior.pc == r.prior.pc)) return;
   if (rs.reports.size() < kMaxReports) rs.reports.push_back(r);
   else ++rs.dropped;
 }
 
-inline bool live(Access const &a) { return a.epoch >= rs.task_epoch; }
+inline bool live(RaceState const &rs, Access const &a) { return a.epoch >= rs.task_epoch; }
 
-inline bool ordered_before(Access const &a, Thread const &t) {
+inline bool ordered_before(RaceState const &rs, Access const &a, Thread const &t) {
   return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock);
 }
 
 void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *ret) {
+  RaceState *state = tls_race;
+  if (!state || !state->on) return;
+  RaceState &rs = *state;
   Thread const *t = tls_thread;
-  if (!t || !rs.on || addr - rs.skip_lo < rs.skip_size || addr - rs.view_lo < sizeof(void *)) return;
+  if (!t || addr - rs.skip_lo < rs.skip_size || addr - rs.view_lo < sizeof(void *)) return;
   uint32_t const pc = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ret) - 1 - rs.module_base);
   bool const shared = addr - rs.shared_lo < rs.shared_size;
   Report r{Finding::kRace, write, atomic, static_cast<uint16_t>(t->tid), pc, static_cast<uint32_t>(size), addr, {}, false};
   if (shared && addr - rs.dyn_lo < rs.dyn_capacity && addr + size - rs.dyn_lo > rs.dyn_bytes) {
     r.kind = Finding::kPastDynamicSmem;
-    add_report(r);
+    add_report(rs, r);
   }
   Access const me{rs.epoch, t->clock[t->tid % 32], pc, static_cast<uint16_t>(t->tid), atomic};
   bool found = false, uninitialized = false;
   for (uintptr_t a = addr; a < addr + size; ++a) {
-    Cell &c = page_cells(a / kPageBytes)[a % kPageBytes];
-    auto conflicts = [&](Access const &o) { return live(o) && !ordered_before(o, *t) && !(o.atomic && atomic); };
+    Cell &c = page_cells(rs, a / kPageBytes)[a % kPageBytes];
+    auto conflicts = [&](Access const &o) { return live(rs, o) && !ordered_before(rs, o, *t) && !(o.atomic && atomic); };
     if (!found) {
       Access const *prior = nullptr;
       bool prior_write = true;
@@ -138,15 +148,15 @@ void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *re
         r.kind = Finding::kRace;
         r.prior = *prior;
         r.prior_write = prior_write;
-        add_report(r);
+        add_report(rs, r);
         found = true;
       }
     }
-    if (shared && (!write || atomic) && !live(c.write)) uninitialized = true;
+    if (shared && (!write || atomic) && !live(rs, c.write)) uninitialized = true;
     if (write) {
       c.write = me;
       c.read1.epoch = c.read2.epoch = 0;
-    } else if (!live(c.read1) || c.read1.epoch < rs.epoch || c.read1.tid == me.tid) {
+    } else if (!live(rs, c.read1) || c.read1.epoch < rs.epoch || c.read1.tid == me.tid) {
       c.read1 = me;
     } else {
       c.read2 = me;
@@ -154,7 +164,7 @@ void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *re
   }
   if (uninitialized) {
     r.kind = Finding::kUninitialized;
-    add_report(r);
+    add_report(rs, r);
   }
 }
 
@@ -239,7 +249,7 @@ std::vector<TlsSymbol> tls_symbols() {
   return out;
 }
 
-std::string address(uintptr_t a, std::vector<TlsSymbol> const &symbols) {
+std::string address(RaceState const &rs, uintptr_t a, std::vector<TlsSymbol> const &symbols) {
   char b[64];
   if (a - rs.dyn_lo < rs.dyn_capacity) {
     snprintf(b, sizeof b, "dynamic_smem+%zu", static_cast<size_t>(a - rs.dyn_lo));
@@ -265,6 +275,7 @@ char const *verb(bool write, bool atomic, bool past) {
 }  // namespace
 
 void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi) {
+  RaceState &rs = race_state();
   for (auto &[page, cells] : rs.pages) rs.spare.push_back(cells);  // stale epochs read as empty
   rs.pages.clear();
   rs.last_page = ~uintptr_t{0};
@@ -289,7 +300,7 @@ void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi) {
 }
 
 void race_barrier(Block &b) {
-  ++rs.epoch;
+  ++race_state().epoch;
   for (int i = 0; i < b.cfg.num_threads; ++i) {
     memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
     b.threads[i].clock[i % 32] = 1;
@@ -309,6 +320,7 @@ void race_syncwarp(Block &b, uint32_t warp, unsigned mask) {
 }
 
 std::string race_end(Block &b) {
+  RaceState &rs = race_state();
   rs.on = false;
   if (rs.reports.empty()) return {};
   std::vector<uint32_t> pcs;
@@ -325,7 +337,7 @@ std::string race_end(Block &b) {
   for (Report const &r : rs.reports) {
     if (!out.empty()) out += "\n";
     std::string const who = describe_thread(r.tid) + " " + verb(r.write, r.atomic, false) + " " +
-                            std::to_string(r.size) + " bytes at " + address(r.addr, symbols) + " at " + location(where, r.pc);
+                            std::to_string(r.size) + " bytes at " + address(rs, r.addr, symbols) + " at " + location(where, r.pc);
     switch (r.kind) {
       case Finding::kRace:
         out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
