@@ -539,6 +539,10 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   static thread_local uintptr_t window_lo = 0, window_hi = 0;
   if (window_of != cfg.dynamic_smem) {
     find_shared_window(cfg.dynamic_smem, window_lo, window_hi);
+    if (window_lo == window_hi) {  // no PT_TLS found: at least the dynamic shared memory is shared
+      window_lo = reinterpret_cast<uintptr_t>(cfg.dynamic_smem);
+      window_hi = window_lo + cfg.dynamic_smem_capacity;
+    }
     window_of = cfg.dynamic_smem;
   }
   b.shared_lo = window_lo;

@@ -19,7 +19,7 @@ KERNELS = [
     "barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced", "task_error",
     "racy_shared", "racy_global", "shuffle_is_no_fence", "last_writer", "barrier_after_return", "two_barriers",
     "shuffle_after_return", "shuffle_in_branch", "mask_without_caller", "source_outside_mask", "spin_forever",
-    "reads_unwritten", "smem_overflow", "racy_block_reduce", "traps",
+    "reads_unwritten", "smem_overflow", "racy_block_reduce", "misaligned_vector", "traps",
 ]
 
 

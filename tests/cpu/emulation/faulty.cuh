@@ -123,6 +123,15 @@ __device__ void racy_block_reduce(TaskDesc const &task, Runtime const &) {
   task.output<uint32_t>(0)[threadIdx.x] = a + b;
 }
 
+// A 16-byte load 4 bytes into dynamic shared memory: fine on x86, a misaligned address on the device.
+__device__ void misaligned_vector(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 8; ++i) reinterpret_cast<uint32_t *>(dynamic_smem)[i] = i;
+    uint4 const v = *reinterpret_cast<uint4 const *>(dynamic_smem + 4 * (threadIdx.x + 1));  // @misaligned-vector
+    task.output<uint32_t>(0)[0] = v.x;
+  }
+}
+
 __device__ void traps(TaskDesc const &, Runtime const &) {
   if (threadIdx.x == 9) __trap();  // @traps
 }

@@ -150,6 +150,13 @@ def test_dynamic_shared_memory_overflow(race_kernels):
     assert report.endswith(", past the 64 bytes the task was given")
 
 
+def test_misaligned_vector_access(race_kernels):
+    report = detected(race_kernels, "misaligned_vector", out_words(1))
+    assert report == (f"misaligned access in task 5: thread 0 (warp 0, lane 0) reads 16 bytes at dynamic_smem+4 at "
+                      f"{marked('misaligned-vector')}, not a multiple of 16 (the device stops the kernel with a "
+                      f"misaligned address error)")
+
+
 def test_race_check_needs_a_race_checking_build(kernels):
     run = kernels.run("barriers", out_words(9 * N), race_check=True)
     assert run.status == "invalid" and "built without it" in run.report
