@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +20,8 @@ ROWS, HIDDEN = 4, 1024
 
 
 def per_task_us(module, desc, meta, batch, reps: int, rounds: int = 5) -> float:
-    """Median over ``rounds`` of the mean time of ``reps`` runs, in microseconds (ctypes call included)."""
+    """The best over ``rounds`` of the mean time of ``reps`` runs, in microseconds (ctypes call included):
+    the least disturbed round on a shared machine."""
     assert module.run_task(0, desc, meta, batch).ok
     samples = []
     for _ in range(rounds):
@@ -29,7 +29,7 @@ def per_task_us(module, desc, meta, batch, reps: int, rounds: int = 5) -> float:
         for _ in range(reps):
             module.run_task(0, desc, meta, batch)
         samples.append((time.perf_counter() - t0) / reps * 1e6)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def cpu_name() -> str:
