@@ -74,6 +74,7 @@ def cuda_include() -> Path:
     raise BuildError(f"cuda_bf16.h not found in {', '.join(map(str, candidates))}; install the CUDA toolkit or set CUDA_HOME")
 
 
+@cache
 def _cuda_version() -> str:
     m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (cuda_include() / "cuda.h").read_text(errors="replace"))
     return m.group(1) if m else "unknown"
