@@ -1,0 +1,592 @@
+// The block runner: the threads of one thread block as fibers on the calling OS thread.
+//
+// A round runs every runnable fiber, in the configured order, until it blocks: at a barrier, at a
+// warp collective, at __nanosleep, or by returning. Then the runner completes what can complete:
+// a warp collective once every lane named in its mask waits at a collective of the same kind, mask
+// and width (the same intrinsic, possibly at another line, as the programming guide allows), and a
+// block barrier once every thread waits at it. What can never complete is reported and stops the run:
+//   - a barrier that some threads returned without reaching, or threads waiting at different barriers;
+//   - a collective whose mask leaves out the calling lane, names a lane that returned, or names lanes
+//     that wait elsewhere; a shuffle that reads a lane outside its mask; an invalid shuffle width;
+//   - threads that spin in __nanosleep while nothing else can move.
+// Shuffle results follow the PTX ISA's shfl.sync definition (clamp / segment mask from the width),
+// with each lane's own source lane or offset.
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+
+#include "emulation/block_state.h"
+
+#ifndef MPK_EMU_FIBER_UCONTEXT
+// mpk_emu_switch(void **save_sp, void *load_sp): see fiber.h for the frame it saves and restores.
+asm(R"(
+  .text
+  .globl mpk_emu_switch
+  .hidden mpk_emu_switch
+  .type mpk_emu_switch, @function
+mpk_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size mpk_emu_switch, .-mpk_emu_switch
+
+  .globl mpk_emu_fiber_start
+  .hidden mpk_emu_fiber_start
+  .type mpk_emu_fiber_start, @function
+mpk_emu_fiber_start:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size mpk_emu_fiber_start, .-mpk_emu_fiber_start
+)");
+#endif
+
+namespace mpk {
+namespace emu {
+
+thread_local ThreadView const *tls_view = nullptr;
+thread_local Block *tls_block = nullptr;
+thread_local Thread *tls_thread = nullptr;
+
+namespace {
+
+constexpr size_t kStackBytes = 128 << 10;
+constexpr int kMaxThreads = 1024;
+constexpr long kMaxIdleRounds = 1 << 16;  // rounds in which every thread that ran only yielded
+
+// Per OS thread: the Thread records, then one stack per fiber above a guard page (an overflow
+// faults instead of corrupting the next stack). One range, so the race checker skips it in one test.
+struct Arena {
+  char *base = nullptr;
+  size_t bytes = 0, records = 0, page = 0;
+  int threads = 0;
+
+  char *stack(int i) const { return base + records + static_cast<size_t>(i) * (page + kStackBytes) + page; }
+
+  bool reserve(int n) {
+    if (threads >= n) return true;
+    if (base) munmap(base, bytes);
+    page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    records = (n * sizeof(Thread) + page - 1) / page * page;
+    bytes = records + static_cast<size_t>(n) * (page + kStackBytes);
+    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      base = nullptr;
+      threads = 0;
+      return false;
+    }
+    base = static_cast<char *>(p);
+    threads = n;
+    for (int i = 0; i < n; ++i) mprotect(stack(i) - page, page, PROT_NONE);
+    return true;
+  }
+};
+thread_local Arena arena;
+
+char const *barrier_name(int kind) {
+  static char const *const names[] = {"__syncthreads()", "__syncthreads_count()", "__syncthreads_and()",
+                                      "__syncthreads_or()"};
+  return names[kind];
+}
+
+char const *warp_name(int kind) {
+  static char const *const names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                      "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp"};
+  return names[kind];
+}
+
+std::string where(Site s) { return std::string(s.file) + ":" + std::to_string(s.line); }
+
+std::string hex_mask(unsigned m) {
+  char buf[16];
+  snprintf(buf, sizeof buf, "0x%08x", m);
+  return buf;
+}
+
+// "__shfl_xor_sync(mask 0xffffffff) at f:12", "__syncthreads() at f:30", "returned", ...
+std::string waiting_at(Thread const &t) {
+  switch (t.state) {
+    case State::kBarrier: return std::string(barrier_name(t.kind)) + " at " + where(t.site);
+    case State::kWarp: return std::string(warp_name(t.kind)) + "(mask " + hex_mask(t.mask) + ") at " + where(t.site);
+    case State::kYielded: return "__nanosleep at " + where(t.site);
+    case State::kDone: return "returned";
+    default: return "running";
+  }
+}
+
+std::string prefix(char const *what) { return std::string(what) + " in task " + std::to_string(tls_block->cfg.task_id) + ": "; }
+
+// A definite error found while a fiber runs: record it and leave the fiber for good.
+[[noreturn]] void abort_block(std::string msg) {
+  Block &b = *tls_block;
+  if (b.failure.empty()) b.failure = std::move(msg);
+  Thread *t = tls_thread;
+  tls_thread = nullptr;
+  tls_view = nullptr;
+  switch_context(t->ctx, b.scheduler);
+  __builtin_unreachable();
+}
+
+// The running fiber blocks: on to the round's next fiber, or back to the scheduler after the last.
+void suspend(Thread &t) {
+  Block &b = *tls_block;
+  if (b.next < b.order.size()) {
+    Thread &n = b.threads[b.order[b.next++]];
+    tls_thread = &n;
+    tls_view = &n.view;
+    switch_context(t.ctx, n.ctx);
+  } else {
+    tls_thread = nullptr;
+    tls_view = nullptr;
+    switch_context(t.ctx, b.scheduler);
+  }
+}
+
+Thread &current(char const *what) {
+  if (!tls_thread) {
+    fprintf(stderr, "mpk emulation: %s called outside an emulated block\n", what);
+    abort();
+  }
+  return *tls_thread;
+}
+
+void fiber_main(void *p) {
+  Thread &t = *static_cast<Thread *>(p);
+  Block &b = *tls_block;
+  b.thread_main(b.arg);
+  t.state = State::kDone;
+  suspend(t);
+  __builtin_unreachable();
+}
+
+uint64_t splitmix64(uint64_t &s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The calling OS thread's block of the module's thread_local variables, found from one address in
+// it: that block holds every __shared__ variable and the dynamic shared memory.
+void find_shared_window(void const *inside, uintptr_t &lo, uintptr_t &hi) {
+  struct Query {
+    uintptr_t addr, lo, hi;
+  } q{reinterpret_cast<uintptr_t>(inside), 0, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) -> int {
+        auto &q = *static_cast<Query *>(data);
+        if (!info->dlpi_tls_data) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type != PT_TLS) continue;
+          uintptr_t const lo = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
+          if (q.addr >= lo && q.addr < lo + info->dlpi_phdr[i].p_memsz) {
+            q.lo = lo;
+            q.hi = lo + info->dlpi_phdr[i].p_memsz;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &q);
+  lo = q.lo;
+  hi = q.hi;
+}
+
+// Completes the collective of the lanes in `mask` of warp w (all wait at it). False: a definite error.
+bool complete_collective(Block &b, uint32_t w, unsigned mask) {
+  Thread *lanes = b.threads + w * 32;
+  Thread const &lead = lanes[__builtin_ctz(mask)];
+  int const kind = lead.kind;
+  if (kind <= kShflXor) {
+    // shfl.sync: c = clamp | segment mask, as __shfl*_sync build it from the width.
+    unsigned const c = ((32u - lead.width) << 8) | (kind == kShflUp ? 0u : 0x1fu);
+    int const segmask = (c >> 8) & 0x1f, cval = c & 0x1f;
+    for (unsigned m = mask; m; m &= m - 1) {
+      int const i = __builtin_ctz(m);
+      int const bval = lanes[i].arg & 0x1f;
+      int const max_lane = (i & segmask) | (cval & ~segmask), min_lane = i & segmask;
+      int j;
+      bool in;
+      switch (kind) {
+        case kShflUp: j = i - bval; in = j >= max_lane; break;
+        case kShflDown: j = i + bval; in = j <= max_lane; break;
+        case kShflXor: j = i ^ bval; in = j <= max_lane; break;
+        default: j = min_lane | (bval & ~segmask); in = j <= max_lane; break;
+      }
+      if (!in) j = i;
+      if (j != i && !(mask >> j & 1u)) {
+        b.failure = prefix("warp collective mismatch") + describe_thread(lanes[i].tid) + " reads lane " +
+                    std::to_string(j) + " in " + warp_name(kind) + "(mask " + hex_mask(mask) + ") at " +
+                    where(lanes[i].site) + ", but lane " + std::to_string(j) +
+                    " is not in the mask: the value it gets is undefined";
+        return false;
+      }
+      lanes[i].result = lanes[j].value;
+    }
+  } else {
+    unsigned votes = 0;
+    for (unsigned m = mask; m; m &= m - 1)
+      if (lanes[__builtin_ctz(m)].value) votes |= 1u << __builtin_ctz(m);
+    uint64_t const r = kind == kBallot ? votes : kind == kAny ? votes != 0 : kind == kAll ? votes == mask : 0;
+    for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].result = r;
+    if (kind == kSyncwarp && b.cfg.race_check) race_syncwarp(b, w, mask);
+  }
+  for (unsigned m = mask; m; m &= m - 1) lanes[__builtin_ctz(m)].state = State::kRunnable;
+  return true;
+}
+
+// A lane's collective can complete: every lane of its mask waits at the same kind, mask and width.
+// A lane of the mask that does not exist or returned makes it a definite error.
+enum class Ready { kYes, kNotYet, kNever };
+
+Ready collective_ready(Block &b, Thread const &t, uint32_t lanes_in_warp) {
+  Thread const *lanes = b.threads + t.tid / 32 * 32;
+  std::vector<uint32_t> gone;
+  bool ready = true;
+  for (unsigned m = t.mask; m; m &= m - 1) {
+    uint32_t const j = __builtin_ctz(m);
+    if (j >= lanes_in_warp || lanes[j].state == State::kDone) {
+      gone.push_back(j);
+      continue;
+    }
+    Thread const &o = lanes[j];
+    if (o.state != State::kWarp || o.kind != t.kind || o.mask != t.mask || o.width != t.width) ready = false;
+  }
+  if (!gone.empty()) {
+    b.failure = prefix("warp collective mismatch") + describe_thread(t.tid) + " waits at " + waiting_at(t) +
+                ", but " + describe_threads(gone, "lanes") + " named in its mask " +
+                (gone.back() >= lanes_in_warp ? "do not exist or " : "") + "returned without reaching it";
+    return Ready::kNever;
+  }
+  return ready ? Ready::kYes : Ready::kNotYet;
+}
+
+// Completes every warp collective that can complete. Returns whether any did.
+bool resolve_warps(Block &b) {
+  int const n = b.cfg.num_threads;
+  bool progress = false;
+  for (int w = 0; w * 32 < n; ++w) {
+    uint32_t const lanes_in_warp = std::min(32, n - w * 32);
+    for (uint32_t l = 0; l < lanes_in_warp; ++l) {
+      Thread const &t = b.threads[w * 32 + l];
+      if (t.state != State::kWarp) continue;
+      Ready const r = collective_ready(b, t, lanes_in_warp);
+      if (r == Ready::kNever) return progress;
+      if (r == Ready::kYes) {
+        if (!complete_collective(b, w, t.mask)) return progress;
+        progress = true;
+      }
+    }
+  }
+  return progress;
+}
+
+// Nothing can move and some lane waits at a collective: say which lanes of its mask are elsewhere.
+void diagnose_collective(Block &b) {
+  int const n = b.cfg.num_threads;
+  for (int i = 0; i < n; ++i) {
+    Thread const &t = b.threads[i];
+    if (t.state != State::kWarp) continue;
+    Thread const *lanes = b.threads + i / 32 * 32;
+    std::vector<std::pair<std::string, std::vector<uint32_t>>> elsewhere;  // in order of first lane
+    std::vector<uint32_t> with;
+    for (unsigned m = t.mask; m; m &= m - 1) {
+      Thread const &o = lanes[__builtin_ctz(m)];
+      if (o.state == State::kWarp && o.kind == t.kind && o.mask == t.mask && o.width == t.width) {
+        with.push_back(__builtin_ctz(m));
+        continue;
+      }
+      std::string const at = waiting_at(o);
+      auto it = std::find_if(elsewhere.begin(), elsewhere.end(), [&](auto const &e) { return e.first == at; });
+      if (it == elsewhere.end()) elsewhere.push_back({at, {}}), it = elsewhere.end() - 1;
+      it->second.push_back(__builtin_ctz(m));
+    }
+    std::string msg = prefix("warp collective mismatch") + describe_thread(t.tid) + " waits at " + waiting_at(t) +
+                      ", but lanes named in its mask never reach it:";
+    for (size_t k = 0; k < elsewhere.size(); ++k)
+      msg += std::string(k ? ";" : "") + " " + describe_threads(elsewhere[k].second, "lanes") + " wait at " +
+             elsewhere[k].first;
+    msg += " (" + describe_threads(with, "lanes") + " wait with it)";
+    b.failure = msg;
+    return;
+  }
+}
+
+// Every thread that has not returned waits at a block barrier: release it, or report the divergence.
+void resolve_barrier(Block &b) {
+  int const n = b.cfg.num_threads;
+  std::vector<std::pair<Thread const *, std::vector<uint32_t>>> sites;  // one per (site, kind)
+  std::vector<uint32_t> done;
+  for (int i = 0; i < n; ++i) {
+    Thread const &t = b.threads[i];
+    if (t.state == State::kDone) {
+      done.push_back(i);
+      continue;
+    }
+    auto it = std::find_if(sites.begin(), sites.end(), [&](auto const &s) {
+      return s.first->kind == t.kind && s.first->site.line == t.site.line &&
+             (s.first->site.file == t.site.file || !strcmp(s.first->site.file, t.site.file));
+    });
+    if (it == sites.end()) sites.push_back({&t, {}}), it = sites.end() - 1;
+    it->second.push_back(i);
+  }
+  if (sites.size() > 1) {
+    std::string msg = prefix("divergent barrier") + "threads wait at different barriers:";
+    for (size_t k = 0; k < sites.size(); ++k)
+      msg += std::string(k ? ";" : "") + " " + describe_threads(sites[k].second) + " at " + waiting_at(*sites[k].first);
+    b.failure = msg + (done.empty() ? "" : "; " + describe_threads(done) + " returned");
+    return;
+  }
+  if (!done.empty()) {
+    b.failure = prefix("divergent barrier") + waiting_at(*sites[0].first) + " is reached by " +
+                describe_threads(sites[0].second) + ", but " + describe_threads(done) +
+                " returned without reaching it: every thread of the block must reach every barrier";
+    return;
+  }
+  int count = 0;
+  for (int i = 0; i < n; ++i) count += b.threads[i].value != 0;
+  int const kind = sites[0].first->kind;
+  uint64_t const r = kind == kSyncthreadsCount ? count
+                     : kind == kSyncthreadsAnd ? count == n
+                     : kind == kSyncthreadsOr  ? count > 0
+                                               : 0;
+  if (b.cfg.race_check) race_barrier(b);
+  for (int i = 0; i < n; ++i) {
+    b.threads[i].result = r;
+    b.threads[i].state = State::kRunnable;
+  }
+}
+
+void schedule(Block &b) {
+  int const n = b.cfg.num_threads;
+  std::vector<uint32_t> &order = b.order;
+  order.reserve(n);
+  uint64_t rng = b.cfg.seed;
+  long idle_rounds = 0;
+  for (;;) {
+    order.clear();
+    for (int i = 0; i < n; ++i) {
+      Thread &t = b.threads[i];
+      if (t.state == State::kRunnable || t.state == State::kYielded) {
+        t.state = State::kRunnable;
+        order.push_back(i);
+      }
+    }
+    if (b.cfg.order == kReversed) std::reverse(order.begin(), order.end());
+    if (b.cfg.order == kShuffled)
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
+    bool moved = order.empty();
+    if (!order.empty()) {  // the round: each fiber runs until it blocks, then hands over to the next
+      Thread &first = b.threads[order[0]];
+      b.next = 1;
+      tls_thread = &first;
+      tls_view = &first.view;
+      switch_context(b.scheduler, first.ctx);
+      if (!b.failure.empty()) return;
+      for (uint32_t tid : order) moved |= b.threads[tid].state != State::kYielded;
+    }
+    bool const progress = resolve_warps(b);
+    if (!b.failure.empty()) return;
+    int done = 0, runnable = 0, at_warp = 0;
+    for (int i = 0; i < n; ++i) {
+      State const s = b.threads[i].state;
+      done += s == State::kDone;
+      runnable += s == State::kRunnable || s == State::kYielded;
+      at_warp += s == State::kWarp;
+    }
+    if (done == n) return;
+    if (progress || (runnable && moved)) {
+      idle_rounds = 0;
+      continue;
+    }
+    if (runnable) {  // only __nanosleep spinners can move
+      if (++idle_rounds < kMaxIdleRounds) continue;
+      std::vector<uint32_t> spinning;
+      std::string others;
+      for (int i = 0; i < n; ++i) {
+        Thread const &t = b.threads[i];
+        if (t.state == State::kYielded) spinning.push_back(i);
+        else if (others.empty() && t.state != State::kDone) others = "; " + describe_thread(i) + " waits at " + waiting_at(t);
+      }
+      b.failure = prefix("hang") + describe_threads(spinning) + (spinning.size() == 1 ? " spins" : " spin") + " at " +
+                  waiting_at(b.threads[spinning[0]]) +
+                  " and nothing else can move" + others;
+      return;
+    }
+    if (at_warp) {
+      diagnose_collective(b);
+      return;
+    }
+    resolve_barrier(b);
+    if (!b.failure.empty()) return;
+  }
+}
+
+}  // namespace
+
+std::string describe_thread(uint32_t tid) {
+  return "thread " + std::to_string(tid) + " (warp " + std::to_string(tid / 32) + ", lane " + std::to_string(tid % 32) + ")";
+}
+
+std::string describe_threads(std::vector<uint32_t> const &ids, char const *noun) {
+  if (ids.size() == 1) return std::string(noun, strlen(noun) - 1) + " " + std::to_string(ids[0]);
+  std::string out = noun;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    out += (i ? ", " : " ") + std::to_string(ids[i]) + (j > i ? "-" + std::to_string(ids[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+int barrier(Site site, int kind, int pred) {
+  Thread &t = current("__syncthreads");
+  t.state = State::kBarrier;
+  t.site = site;
+  t.kind = kind;
+  t.value = pred;
+  suspend(t);
+  return static_cast<int>(t.result);
+}
+
+uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int arg, int width) {
+  Thread &t = current(warp_name(kind));
+  if (!(mask >> (t.tid % 32) & 1u))
+    abort_block(prefix("warp collective mismatch") + describe_thread(t.tid) + " calls " + warp_name(kind) + " at " +
+                where(site) + " with mask " + hex_mask(mask) + ", which does not include its own lane");
+  bool const shuffle = kind <= kShflXor;
+  if (shuffle && (width < 1 || width > 32 || (width & (width - 1))))
+    abort_block(prefix("invalid shuffle") + describe_thread(t.tid) + " calls " + warp_name(kind) + " at " +
+                where(site) + " with width " + std::to_string(width) + ": it must be a power of 2 from 1 to 32");
+  t.state = State::kWarp;
+  t.site = site;
+  t.kind = kind;
+  t.mask = mask;
+  t.value = value;
+  t.arg = arg;
+  t.width = shuffle ? width : 32;
+  suspend(t);
+  return t.result;
+}
+
+void yield(Site site) {
+  Thread &t = current("__nanosleep");
+  t.state = State::kYielded;
+  t.site = site;
+  suspend(t);
+}
+
+void trap(Site site, char const *what) {
+  Thread &t = current(what);
+  abort_block(prefix("trap") + describe_thread(t.tid) + " at " + where(site) + ": " + what);
+}
+
+unsigned long long clock_ticks() { return tls_block ? ++tls_block->ticks : 0; }
+
+size_t cvta_generic_to_shared(void const *p) {
+  Block *b = tls_block;
+  uintptr_t const a = reinterpret_cast<uintptr_t>(p);
+  if (b && (a < b->shared_lo || a >= b->shared_hi))
+    abort_block(prefix("invalid address") + describe_thread(tls_thread->tid) +
+                " passes a pointer that is not shared memory to __cvta_generic_to_shared");
+  return b ? a - b->shared_lo : 0;
+}
+
+int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std::string &report) {
+  report.clear();
+  if (cfg.num_threads < 1 || cfg.num_threads > kMaxThreads) {
+    report = "a block has 1 to " + std::to_string(kMaxThreads) + " threads, not " + std::to_string(cfg.num_threads);
+    return kRunInvalid;
+  }
+  if (cfg.dynamic_smem_bytes > cfg.dynamic_smem_capacity) {
+    report = "dynamic shared memory of " + std::to_string(cfg.dynamic_smem_bytes) + " bytes asked, " +
+             std::to_string(cfg.dynamic_smem_capacity) + " available";
+    return kRunInvalid;
+  }
+  if (tls_block) {
+    report = "run_block called from inside an emulated block";
+    return kRunInvalid;
+  }
+  if (!arena.reserve(cfg.num_threads)) {
+    report = "could not map fiber stacks for " + std::to_string(cfg.num_threads) + " threads";
+    return kRunInvalid;
+  }
+  Block b;
+  b.cfg = cfg;
+  b.threads = reinterpret_cast<Thread *>(arena.base);
+  b.thread_main = thread_main;
+  b.arg = arg;
+  static thread_local void const *window_of = nullptr;
+  static thread_local uintptr_t window_lo = 0, window_hi = 0;
+  if (window_of != cfg.dynamic_smem) {
+    find_shared_window(cfg.dynamic_smem, window_lo, window_hi);
+    if (window_lo == window_hi) {  // no PT_TLS found: at least the dynamic shared memory is shared
+      window_lo = reinterpret_cast<uintptr_t>(cfg.dynamic_smem);
+      window_hi = window_lo + cfg.dynamic_smem_capacity;
+    }
+    window_of = cfg.dynamic_smem;
+  }
+  b.shared_lo = window_lo;
+  b.shared_hi = window_hi;
+  for (int i = 0; i < cfg.num_threads; ++i) {
+    Thread &t = *new (b.threads + i) Thread{};
+    t.tid = i;
+    t.view.thread_idx = uint3{static_cast<unsigned>(i), 0, 0};
+    t.view.block_idx = uint3{0, 0, 0};
+    t.view.block_dim = dim3(cfg.num_threads, 1, 1);
+    t.view.grid_dim = dim3(1, 1, 1);
+    t.state = State::kRunnable;
+    make_context(t.ctx, arena.stack(i), kStackBytes, &fiber_main, &t);
+  }
+  // Shared memory is not cleared between blocks on the device: make stale reads visible (NaN).
+  memset(cfg.dynamic_smem, 0xff, cfg.dynamic_smem_bytes);
+  tls_block = &b;
+  if (cfg.race_check) race_begin(b, reinterpret_cast<uintptr_t>(arena.base), reinterpret_cast<uintptr_t>(arena.base) + arena.bytes);
+  schedule(b);
+  std::string const races = cfg.race_check ? race_end(b) : std::string();
+  tls_block = nullptr;
+  report = b.failure;
+  if (!races.empty()) report += (report.empty() ? "" : "\n") + races;
+  return report.empty() ? kRunOk : kRunDetected;
+}
+
+double measure_switch_ns(int n) {
+  struct Ping {
+    Context main, fiber;
+  } ping;
+  std::vector<char> stack(64 << 10);
+  make_context(
+      ping.fiber, stack.data(), stack.size(),
+      [](void *p) {
+        auto &q = *static_cast<Ping *>(p);
+        for (;;) switch_context(q.fiber, q.main);
+      },
+      &ping);
+  switch_context(ping.main, ping.fiber);
+  auto const t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) switch_context(ping.main, ping.fiber);
+  std::chrono::duration<double, std::nano> const dt = std::chrono::steady_clock::now() - t0;
+  return dt.count() / (2.0 * n);
+}
+
+}  // namespace emu
+}  // namespace mpk

@@ -1,0 +1,460 @@
+// Data races inside one block, found from every load and store of the task code.
+//
+// The generated translation unit is compiled with g++ -fsanitize=thread, which makes it call
+// __tsan_read4(addr), __tsan_write16(addr), __tsan_atomic32_fetch_add(...) and so on around each
+// access; ThreadSanitizer's own runtime is not linked: the hooks below are ours. They keep a shadow
+// record per byte of the memory the task touches (the fiber stacks, i.e. registers and local memory,
+// are skipped): the last write and the last two reads, each with its thread, its barrier epoch, its
+// warp clock and its program counter.
+//
+// Ordering within a block comes only from barriers and __syncwarp (shuffles and votes order no
+// memory; atomics are relaxed), so happens-before is cheap to decide: two accesses are ordered if a
+// block barrier lies between them (the epoch grew), if one thread made both, or if they are lanes of
+// one warp joined by __syncwarp since (a vector clock over the 32 lanes, reset at each barrier). Two
+// unordered accesses to a byte, at least one a write and not both atomic, are a race; it is reported
+// with both threads and both source lines (addr2line on the module, -g). A write is checked against
+// the first and the last other reader of the epoch, so a race with a reader in between can be missed.
+//
+// Also reported: a read of shared memory that no thread of this task wrote (on the device it would
+// read what an earlier task left there), an access to dynamic shared memory past the bytes the task
+// asked for, and a misaligned vector access (a uint4 load from an address that is not a multiple of
+// 16 works on x86; the device faults). memcpy / memset calls are not seen (ThreadSanitizer intercepts them; we do not).
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "emulation/block_state.h"
+
+namespace mpk {
+namespace emu {
+namespace {
+
+struct Access {
+  uint32_t epoch;  // 0, or below the task's first epoch: none
+  uint32_t clock;  // the thread's own lane clock at the access
+  uint32_t pc;     // offset in the module
+  uint16_t tid;
+  uint16_t atomic;
+};
+
+struct Cell {  // one byte of application memory
+  Access write, read1, read2;
+};
+
+constexpr uintptr_t kPageBytes = 4096;
+
+enum class Finding : uint8_t { kRace, kUninitialized, kPastDynamicSmem, kMisaligned };
+
+struct Report {
+  Finding kind;
+  bool write, atomic;
+  uint16_t tid;
+  uint32_t pc;
+  uint32_t size;
+  uintptr_t addr;
+  Access prior;  // kRace: the other access
+  bool prior_write;
+};
+
+struct RaceState {
+  bool on = false;
+  uint32_t epoch = 0, task_epoch = 0;
+  uintptr_t skip_lo = 0, skip_size = 0;  // fiber records and stacks
+  uintptr_t view_lo = 0;                 // the tls_view pointer itself
+  uintptr_t shared_lo = 0, shared_size = 0;
+  uintptr_t dyn_lo = 0, dyn_capacity = 0, dyn_bytes = 0;
+  uintptr_t module_base = 0;
+  std::unordered_map<uintptr_t, Cell *> pages;
+  std::vector<Cell *> spare;
+  uintptr_t last_page = ~uintptr_t{0};
+  Cell *last_cells = nullptr;
+  std::vector<Report> reports;
+  size_t dropped = 0;
+};
+// Per OS thread, created on first use; a plain pointer so that reaching it costs one TLS lookup
+// (a thread_local object with a constructor costs an initialization check at every access).
+thread_local RaceState *tls_race = nullptr;
+
+RaceState &race_state() {
+  if (!tls_race) tls_race = new RaceState();
+  return *tls_race;
+}
+
+constexpr size_t kMaxReports = 16;
+
+Cell *page_cells(RaceState &rs, uintptr_t page) {
+  if (page == rs.last_page) return rs.last_cells;
+  Cell *&cells = rs.pages[page];
+  if (!cells) {
+    if (!rs.spare.empty()) {
+      cells = rs.spare.back();
+      rs.spare.pop_back();
+    } else {
+      void *p = mmap(nullptr, kPageBytes * sizeof(Cell), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        fprintf(stderr, "mpk emulation: out of memory for race-check shadow\n");
+        abort();
+      }
+      cells = static_cast<Cell *>(p);  // zero: no access yet
+    }
+  }
+  rs.last_page = page;
+  rs.last_cells = cells;
+  return cells;
+}
+
+void add_report(RaceState &rs, Report const &r) {
+  for (Report const &o : rs.reports)
+    if (o.kind == r.kind && o.pc == r.pc && (r.kind != Finding::kRace || o.prior.pc == r.prior.pc)) return;
+  if (rs.reports.size() < kMaxReports) rs.reports.push_back(r);
+  else ++rs.dropped;
+}
+
+inline bool live(RaceState const &rs, Access const &a) { return a.epoch >= rs.task_epoch; }
+
+inline bool ordered_before(RaceState const &rs, Access const &a, Thread const &t) {
+  return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock);
+}
+
+// aligned: g++ called the hook for an access whose type has the alignment of its size (uint4,
+// float2, ...); the device faults when such an access is misaligned, x86 does not.
+void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *ret, bool aligned = false) {
+  RaceState *state = tls_race;
+  if (!state || !state->on) return;
+  RaceState &rs = *state;
+  Thread const *t = tls_thread;
+  if (!t || addr - rs.skip_lo < rs.skip_size || addr - rs.view_lo < sizeof(void *)) return;
+  uint32_t const pc = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ret) - 1 - rs.module_base);
+  bool const shared = addr - rs.shared_lo < rs.shared_size;
+  Report r{Finding::kRace, write, atomic, static_cast<uint16_t>(t->tid), pc, static_cast<uint32_t>(size), addr, {}, false};
+  if (shared && addr - rs.dyn_lo < rs.dyn_capacity && addr + size - rs.dyn_lo > rs.dyn_bytes) {
+    r.kind = Finding::kPastDynamicSmem;
+    add_report(rs, r);
+  }
+  if (aligned && addr % size) {
+    r.kind = Finding::kMisaligned;
+    add_report(rs, r);
+  }
+  Access const me{rs.epoch, t->clock[t->tid % 32], pc, static_cast<uint16_t>(t->tid), atomic};
+  bool found = false, uninitialized = false;
+  for (uintptr_t a = addr; a < addr + size; ++a) {
+    Cell &c = page_cells(rs, a / kPageBytes)[a % kPageBytes];
+    auto conflicts = [&](Access const &o) { return live(rs, o) && !ordered_before(rs, o, *t) && !(o.atomic && atomic); };
+    if (!found) {
+      Access const *prior = nullptr;
+      bool prior_write = true;
+      if (conflicts(c.write)) prior = &c.write;
+      else if (write && conflicts(c.read1)) prior = &c.read1, prior_write = false;
+      else if (write && conflicts(c.read2)) prior = &c.read2, prior_write = false;
+      if (prior) {
+        r.kind = Finding::kRace;
+        r.prior = *prior;
+        r.prior_write = prior_write;
+        add_report(rs, r);
+        found = true;
+      }
+    }
+    if (shared && (!write || atomic) && !live(rs, c.write)) uninitialized = true;
+    if (write) {
+      c.write = me;
+      c.read1.epoch = c.read2.epoch = 0;
+    } else if (!live(rs, c.read1) || c.read1.epoch < rs.epoch || c.read1.tid == me.tid) {
+      c.read1 = me;
+    } else {
+      c.read2 = me;
+    }
+  }
+  if (uninitialized) {
+    r.kind = Finding::kUninitialized;
+    add_report(rs, r);
+  }
+}
+
+std::string module_path() {
+  Dl_info info{};
+  return dladdr(reinterpret_cast<void *>(&module_path), &info) && info.dli_fname ? info.dli_fname : "";
+}
+
+// file:line of each pc (innermost first, then the places it was inlined into), by one addr2line run.
+std::unordered_map<uint32_t, std::string> symbolize(std::vector<uint32_t> const &pcs) {
+  std::unordered_map<uint32_t, std::string> out;
+  std::string cmd = "addr2line -i -a -e '" + module_path() + "'";
+  for (uint32_t pc : pcs) cmd += " 0x" + [&] { char b[16]; snprintf(b, sizeof b, "%x", pc); return std::string(b); }();
+  FILE *f = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!f) return out;
+  char line[4096];
+  uint32_t pc = 0;
+  int frames = 0;
+  while (fgets(line, sizeof line, f)) {
+    std::string s(line);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (s.rfind("0x", 0) == 0) {
+      pc = static_cast<uint32_t>(strtoull(s.c_str(), nullptr, 16));
+      frames = 0;
+      continue;
+    }
+    size_t const d = s.find(" (discriminator");
+    if (d != std::string::npos) s.resize(d);
+    if (s.rfind("??", 0) == 0 || s.find("emulation/cuda_shim.h") != std::string::npos) continue;
+    std::string &loc = out[pc];
+    if (frames == 0) loc = s;
+    else if (frames == 1) loc += " (inlined at " + s;
+    else if (frames < 4) loc += ", " + s;
+    ++frames;
+  }
+  pclose(f);
+  for (auto &[pc, loc] : out)
+    if (loc.find(" (inlined at ") != std::string::npos) loc += ")";
+  return out;
+}
+
+std::string location(std::unordered_map<uint32_t, std::string> const &where, uint32_t pc) {
+  auto it = where.find(pc);
+  if (it != where.end() && !it->second.empty()) return it->second;
+  char b[48];
+  snprintf(b, sizeof b, "module+0x%x (no line information)", pc);
+  return b;
+}
+
+// The module's thread_local symbols (every __shared__ variable): offset in the block, size, name
+// with its function's parameters left out ("mpk::block_reduce<float, mpk::SumOp>()::partial").
+struct TlsSymbol {
+  uintptr_t offset, size;
+  std::string name;
+};
+
+std::vector<TlsSymbol> tls_symbols() {
+  std::vector<TlsSymbol> out;
+  FILE *f = popen(("readelf -sW --demangle '" + module_path() + "' 2>/dev/null").c_str(), "r");
+  if (!f) return out;
+  char line[4096];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long value, size;
+    char type[16], ndx[16];
+    int name_at = 0;
+    if (sscanf(line, " %*s %lx %lu %15s %*s %*s %15s %n", &value, &size, type, ndx, &name_at) < 4 || !name_at) continue;
+    if (strcmp(type, "TLS") || !strcmp(ndx, "UND")) continue;
+    std::string name(line + name_at);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    size_t const open = name.find('(');
+    if (open != std::string::npos) {
+      int depth = 0;
+      size_t close = open;
+      for (; close < name.size(); ++close)
+        if (name[close] == '(') ++depth;
+        else if (name[close] == ')' && --depth == 0) break;
+      if (close < name.size()) name.replace(open, close - open + 1, "()");
+    }
+    out.push_back({value, size, name});
+  }
+  pclose(f);
+  return out;
+}
+
+std::string address(RaceState const &rs, uintptr_t a, std::vector<TlsSymbol> const &symbols) {
+  char b[64];
+  if (a - rs.dyn_lo < rs.dyn_capacity) {
+    snprintf(b, sizeof b, "dynamic_smem+%zu", static_cast<size_t>(a - rs.dyn_lo));
+    return b;
+  }
+  if (a - rs.shared_lo < rs.shared_size) {
+    uintptr_t const off = a - rs.shared_lo;
+    for (TlsSymbol const &s : symbols)
+      if (off - s.offset < s.size) return "shared " + s.name + "+" + std::to_string(off - s.offset);
+    snprintf(b, sizeof b, "static shared memory %p", reinterpret_cast<void *>(a));
+    return b;
+  }
+  snprintf(b, sizeof b, "global memory %p", reinterpret_cast<void *>(a));
+  return b;
+}
+
+char const *verb(bool write, bool atomic, bool past) {
+  if (atomic) return past ? "did an atomic on" : "does an atomic on";
+  if (write) return past ? "wrote" : "writes";
+  return past ? "read" : "reads";
+}
+
+}  // namespace
+
+void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi) {
+  RaceState &rs = race_state();
+  for (auto &[page, cells] : rs.pages) rs.spare.push_back(cells);  // stale epochs read as empty
+  rs.pages.clear();
+  rs.last_page = ~uintptr_t{0};
+  rs.reports.clear();
+  rs.dropped = 0;
+  rs.task_epoch = ++rs.epoch;
+  rs.skip_lo = skip_lo;
+  rs.skip_size = skip_hi - skip_lo;
+  rs.view_lo = reinterpret_cast<uintptr_t>(&tls_view);
+  rs.shared_lo = b.shared_lo;
+  rs.shared_size = b.shared_hi - b.shared_lo;
+  rs.dyn_lo = reinterpret_cast<uintptr_t>(b.cfg.dynamic_smem);
+  rs.dyn_capacity = b.cfg.dynamic_smem_capacity;
+  rs.dyn_bytes = b.cfg.dynamic_smem_bytes;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void *>(&race_begin), &info)) rs.module_base = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  for (int i = 0; i < b.cfg.num_threads; ++i) {
+    memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
+    b.threads[i].clock[i % 32] = 1;
+  }
+  rs.on = true;
+}
+
+void race_barrier(Block &b) {
+  ++race_state().epoch;
+  for (int i = 0; i < b.cfg.num_threads; ++i) {
+    memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
+    b.threads[i].clock[i % 32] = 1;
+  }
+}
+
+void race_syncwarp(Block &b, uint32_t warp, unsigned mask) {
+  uint32_t joined[32] = {};
+  Thread *lanes = b.threads + warp * 32;
+  for (unsigned m = mask; m; m &= m - 1)
+    for (int l = 0; l < 32; ++l) joined[l] = std::max(joined[l], lanes[__builtin_ctz(m)].clock[l]);
+  for (unsigned m = mask; m; m &= m - 1) {
+    Thread &t = lanes[__builtin_ctz(m)];
+    memcpy(t.clock, joined, sizeof joined);
+    ++t.clock[t.tid % 32];
+  }
+}
+
+std::string race_end(Block &b) {
+  RaceState &rs = race_state();
+  rs.on = false;
+  if (rs.reports.empty()) return {};
+  std::vector<uint32_t> pcs;
+  for (Report const &r : rs.reports) {
+    pcs.push_back(r.pc);
+    if (r.kind == Finding::kRace) pcs.push_back(r.prior.pc);
+  }
+  auto const where = symbolize(pcs);
+  bool named = false;
+  for (Report const &r : rs.reports) named |= r.addr - rs.shared_lo < rs.shared_size;
+  std::vector<TlsSymbol> const symbols = named ? tls_symbols() : std::vector<TlsSymbol>();
+  std::string out;
+  std::string const task = " in task " + std::to_string(b.cfg.task_id) + ": ";
+  for (Report const &r : rs.reports) {
+    if (!out.empty()) out += "\n";
+    std::string const who = describe_thread(r.tid) + " " + verb(r.write, r.atomic, false) + " " +
+                            std::to_string(r.size) + " bytes at " + address(rs, r.addr, symbols) + " at " + location(where, r.pc);
+    switch (r.kind) {
+      case Finding::kRace:
+        out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
+               verb(r.prior_write, r.prior.atomic, true) + " it at " + location(where, r.prior.pc) +
+               ", with no barrier in between (__syncthreads(), or __syncwarp() within a warp)";
+        break;
+      case Finding::kUninitialized:
+        out += "uninitialized shared memory" + task + who + ", which no thread of this task wrote";
+        break;
+      case Finding::kPastDynamicSmem:
+        out += "dynamic shared memory overflow" + task + who + ", past the " + std::to_string(rs.dyn_bytes) +
+               " bytes the task was given";
+        break;
+      case Finding::kMisaligned:
+        out += "misaligned access" + task + who + ", not a multiple of " + std::to_string(r.size) +
+               " (the device stops the kernel with a misaligned address error)";
+        break;
+    }
+  }
+  if (rs.dropped) out += "\n(" + std::to_string(rs.dropped) + " more findings not shown)";
+  return out;
+}
+
+}  // namespace emu
+}  // namespace mpk
+
+// The hooks g++ -fsanitize=thread calls. Each takes the program counter of its caller: the access.
+using mpk::emu::on_access;
+
+extern "C" {
+
+void __tsan_init() {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit() {}
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
+
+#define MPK_EMU_PLAIN(N)                                                                                 \
+  void __tsan_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0), true); } \
+  void __tsan_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0), true); } \
+  void __tsan_unaligned_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0)); } \
+  void __tsan_unaligned_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0)); } \
+  void __tsan_volatile_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0)); } \
+  void __tsan_volatile_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0)); }
+MPK_EMU_PLAIN(1)
+MPK_EMU_PLAIN(2)
+MPK_EMU_PLAIN(4)
+MPK_EMU_PLAIN(8)
+MPK_EMU_PLAIN(16)
+#undef MPK_EMU_PLAIN
+
+void __tsan_read_range(void *a, unsigned long n) { on_access(reinterpret_cast<uintptr_t>(a), n, false, false, __builtin_return_address(0)); }
+void __tsan_write_range(void *a, unsigned long n) { on_access(reinterpret_cast<uintptr_t>(a), n, true, false, __builtin_return_address(0)); }
+
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// Atomics: do the operation (one OS thread runs the block, so relaxed is exact) and record it.
+#define MPK_EMU_ATOMIC_RMW(N, T, OP, EXPR)                                                   \
+  T __tsan_atomic##N##_##OP(volatile T *a, T v, int) {                                       \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0)); \
+    T const old = *a;                                                                         \
+    *a = EXPR;                                                                                \
+    return old;                                                                               \
+  }
+#define MPK_EMU_ATOMICS(N, T)                                                                               \
+  T __tsan_atomic##N##_load(volatile T const *a, int) {                                                     \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), false, true, __builtin_return_address(0));         \
+    return *a;                                                                                              \
+  }                                                                                                         \
+  void __tsan_atomic##N##_store(volatile T *a, T v, int) {                                                  \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
+    *a = v;                                                                                                 \
+  }                                                                                                         \
+  MPK_EMU_ATOMIC_RMW(N, T, exchange, v)                                                                     \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_add, static_cast<T>(old + v))                                             \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_sub, static_cast<T>(old - v))                                             \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_and, static_cast<T>(old & v))                                             \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_or, static_cast<T>(old | v))                                              \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_xor, static_cast<T>(old ^ v))                                             \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_nand, static_cast<T>(~(old & v)))                                         \
+  int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *expected, T v, int, int) {              \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
+    if (*a == *expected) {                                                                                  \
+      *a = v;                                                                                               \
+      return 1;                                                                                             \
+    }                                                                                                       \
+    *expected = *a;                                                                                         \
+    return 0;                                                                                               \
+  }                                                                                                         \
+  int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *expected, T v, int, int) {                \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
+    if (*a == *expected) {                                                                                  \
+      *a = v;                                                                                               \
+      return 1;                                                                                             \
+    }                                                                                                       \
+    *expected = *a;                                                                                         \
+    return 0;                                                                                               \
+  }                                                                                                         \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T expected, T v, int, int) {                    \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
+    T const old = *a;                                                                                       \
+    if (old == expected) *a = v;                                                                            \
+    return old;                                                                                             \
+  }
+MPK_EMU_ATOMICS(8, uint8_t)
+MPK_EMU_ATOMICS(16, uint16_t)
+MPK_EMU_ATOMICS(32, uint32_t)
+MPK_EMU_ATOMICS(64, uint64_t)
+#undef MPK_EMU_ATOMICS
+#undef MPK_EMU_ATOMIC_RMW
+
+}  // extern "C"

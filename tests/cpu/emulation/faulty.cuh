@@ -1,0 +1,140 @@
+// Faulty kernels: each has one bug the emulator must report. `// @name` marks the source lines a
+// report must name (test_detection.py finds them by their marker, so these lines may move).
+#pragma once
+#include <stdint.h>
+
+#include "runtime/task_api.cuh"
+#include "tasks/common/block_reduce.cuh"
+
+namespace mpk {
+namespace test {
+
+// Reads a neighbour's shared word with no barrier after the neighbour's write.
+__device__ void racy_shared(TaskDesc const &task, Runtime const &) {
+  __shared__ uint32_t s[kWorkerThreads];
+  int const t = threadIdx.x;
+  s[t] = t;  // @racy-shared-write
+  task.output<uint32_t>(0)[t] = s[(t + 1) % kWorkerThreads];  // @racy-shared-read
+}
+
+// Thread 1 reads what thread 0 writes to global memory, with no barrier.
+__device__ void racy_global(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  if (threadIdx.x == 0) out[0] = 7;  // @racy-global-write
+  if (threadIdx.x == 1) out[1] = out[0];  // @racy-global-read
+}
+
+// A shuffle synchronizes the lanes but orders no memory: this exchange needs __syncwarp.
+__device__ void shuffle_is_no_fence(TaskDesc const &task, Runtime const &) {
+  __shared__ uint32_t s[kWorkerThreads];
+  int const t = threadIdx.x;
+  s[t] = t;  // @no-fence-write
+  uint32_t const v = __shfl_xor_sync(0xffffffffu, t, 1);
+  task.output<uint32_t>(0)[t] = s[v];  // @no-fence-read
+}
+
+// Every thread writes one shared word; which value survives depends on the order threads run in.
+__device__ void last_writer(TaskDesc const &task, Runtime const &) {
+  __shared__ uint32_t s;
+  s = threadIdx.x;  // @last-writer
+  __syncthreads();
+  if (threadIdx.x == 0) task.output<uint32_t>(0)[0] = s;
+}
+
+// Threads 64 and up return before a barrier the others wait at.
+__device__ void barrier_after_return(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x >= 64) return;
+  __syncthreads();  // @barrier-after-return
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Two halves of the block wait at two different barriers.
+__device__ void two_barriers(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x < 64) {
+    __syncthreads();  // @two-barriers-a
+  } else {
+    __syncthreads();  // @two-barriers-b
+  }
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Lanes 16-31 return; lanes 0-15 shuffle with a full mask.
+__device__ void shuffle_after_return(TaskDesc const &task, Runtime const &) {
+  int const lane = threadIdx.x % 32;
+  if (lane >= 16) return;
+  task.output<uint32_t>(0)[threadIdx.x] = __shfl_xor_sync(0xffffffffu, lane, 1);  // @shuffle-after-return
+}
+
+// Lanes 0-15 shuffle with a full mask while lanes 16-31 go on to a barrier.
+__device__ void shuffle_in_branch(TaskDesc const &task, Runtime const &) {
+  int const lane = threadIdx.x % 32;
+  uint32_t v = lane;
+  if (lane < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);  // @shuffle-in-branch
+  __syncthreads();  // @shuffle-in-branch-barrier
+  task.output<uint32_t>(0)[threadIdx.x] = v;
+}
+
+// Every lane calls with a mask of lanes 0-15 only.
+__device__ void mask_without_caller(TaskDesc const &task, Runtime const &) {
+  task.output<uint32_t>(0)[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, threadIdx.x, 1);  // @mask-without-caller
+}
+
+// Lanes 0-15 read lanes 16-31, which are not in their mask.
+__device__ void source_outside_mask(TaskDesc const &task, Runtime const &) {
+  int const lane = threadIdx.x % 32;
+  if (lane < 16) task.output<uint32_t>(0)[threadIdx.x] = __shfl_sync(0x0000ffffu, lane, lane + 16);  // @source-outside-mask
+}
+
+// Thread 0 spins on a flag that thread 1 sets only after a barrier thread 0 never reaches.
+__device__ void spin_forever(TaskDesc const &, Runtime const &) {
+  int volatile *flag = reinterpret_cast<int volatile *>(dynamic_smem);  // poisoned: -1
+  if (threadIdx.x == 0)
+    while (*flag != 1) __nanosleep(100);  // @spin-forever
+  __syncthreads();
+  if (threadIdx.x == 1) *flag = 1;
+}
+
+// Reads dynamic shared memory before anyone wrote it (on the device: what an earlier task left).
+__device__ void reads_unwritten(TaskDesc const &task, Runtime const &) {
+  task.output<uint32_t>(0)[threadIdx.x] = reinterpret_cast<uint32_t const *>(dynamic_smem)[threadIdx.x];  // @reads-unwritten
+}
+
+// Writes dynamic shared memory past the 64 bytes its test gives it.
+__device__ void smem_overflow(TaskDesc const &, Runtime const &) {
+  if (threadIdx.x < 32) reinterpret_cast<uint32_t *>(dynamic_smem)[threadIdx.x] = threadIdx.x;  // @smem-overflow
+}
+
+// tasks/common/block_reduce.cuh without its second barrier, called twice: a warp that is ahead
+// writes the second call's partial sum while others still read the first call's.
+template <typename T>
+__device__ __forceinline__ T one_barrier_reduce(T v) {
+  __shared__ T partial[kWorkerWarps];
+  v = warp_reduce(v, SumOp());
+  if (threadIdx.x % kWarpSize == 0) partial[threadIdx.x / kWarpSize] = v;  // @one-barrier-write
+  __syncthreads();
+  T r = 0;
+  for (int w = 0; w < kWorkerWarps; ++w) r += partial[w];  // @one-barrier-read
+  return r;
+}
+
+__device__ void racy_block_reduce(TaskDesc const &task, Runtime const &) {
+  uint32_t const a = one_barrier_reduce<uint32_t>(threadIdx.x);  // @one-barrier-first-call
+  uint32_t const b = one_barrier_reduce<uint32_t>(1);  // @one-barrier-second-call
+  task.output<uint32_t>(0)[threadIdx.x] = a + b;
+}
+
+// A 16-byte load 4 bytes into dynamic shared memory: fine on x86, a misaligned address on the device.
+__device__ void misaligned_vector(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 8; ++i) reinterpret_cast<uint32_t *>(dynamic_smem)[i] = i;
+    uint4 const v = *reinterpret_cast<uint4 const *>(dynamic_smem + 4 * (threadIdx.x + 1));  // @misaligned-vector
+    task.output<uint32_t>(0)[0] = v.x;
+  }
+}
+
+__device__ void traps(TaskDesc const &, Runtime const &) {
+  if (threadIdx.x == 9) __trap();  // @traps
+}
+
+}  // namespace test
+}  // namespace mpk
