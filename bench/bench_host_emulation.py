@@ -61,13 +61,27 @@ def main() -> None:
             us = per_task_us(module, desc, meta, batch, reps=20 if race_check else 100)
             # Each of the 4 rows: 5 shuffles (warp_reduce) and 2 barriers (block_reduce) per thread.
             suspensions = ROWS * 7 * threads
-            rows.append({"arch": arch, "threads": threads, "race_check": race_check, "build_s": round(built.seconds, 2),
-                         "us_per_task": round(us, 1), "ns_per_suspension": round(us * 1e3 / suspensions, 1)})
+            rows.append(
+                {
+                    "arch": arch,
+                    "threads": threads,
+                    "race_check": race_check,
+                    "build_s": round(built.seconds, 2),
+                    "us_per_task": round(us, 1),
+                    "ns_per_suspension": round(us * 1e3 / suspensions, 1),
+                }
+            )
             print(json.dumps(rows[-1]))
     switch_ns = min(module.switch_ns(200_000) for _ in range(5))
-    result = {"cpu": cpu_name(), "cores": os.cpu_count(), "compiler": host_emulation.cxx_version(host_emulation.cxx()),
-              "torch": torch.__version__, "task": f"rmsnorm bf16 {ROWS}x{HIDDEN}", "fiber_switch_ns": round(switch_ns, 1),
-              "rows": rows}
+    result = {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "compiler": host_emulation.cxx_version(host_emulation.cxx()),
+        "torch": torch.__version__,
+        "task": f"rmsnorm bf16 {ROWS}x{HIDDEN}",
+        "fiber_switch_ns": round(switch_ns, 1),
+        "rows": rows,
+    }
     print(json.dumps({"fiber_switch_ns": result["fiber_switch_ns"]}))
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)

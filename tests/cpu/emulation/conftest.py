@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from emu_helpers import ARCH, HERE, Kernels, kernels_source
 
-from mpk_runtime import host_emulation
+from mpk_runtime.run import host_emulation
 
 
 @pytest.fixture(scope="session")

@@ -9,17 +9,37 @@ from pathlib import Path
 
 import torch
 
-from mpk_runtime import abi, host_emulation
+from mpk_runtime.codegen import abi
+from mpk_runtime.run import host_emulation
 
 HERE = Path(__file__).resolve().parent
 FAULTY = HERE / "faulty.cuh"
 ARCH = "sm80"  # 128 threads: the smallest worker block
 THREADS = 128
 KERNELS = [
-    "barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced", "task_error",
-    "racy_shared", "racy_global", "shuffle_is_no_fence", "last_writer", "barrier_after_return", "two_barriers",
-    "shuffle_after_return", "shuffle_in_branch", "mask_without_caller", "source_outside_mask", "spin_forever",
-    "reads_unwritten", "smem_overflow", "racy_block_reduce", "misaligned_vector", "traps",
+    "barriers",
+    "dynamic_shared",
+    "shuffles",
+    "votes",
+    "atomics",
+    "warp_synced",
+    "task_error",
+    "racy_shared",
+    "racy_global",
+    "shuffle_is_no_fence",
+    "last_writer",
+    "barrier_after_return",
+    "two_barriers",
+    "shuffle_after_return",
+    "shuffle_in_branch",
+    "mask_without_caller",
+    "source_outside_mask",
+    "spin_forever",
+    "reads_unwritten",
+    "smem_overflow",
+    "racy_block_reduce",
+    "misaligned_vector",
+    "traps",
 ]
 
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "runtime/task_api.cuh"
-#include "tasks/common/block_reduce.cuh"
+#include "primitives/block.cuh"
 
 namespace mpk {
 namespace test {

@@ -25,50 +25,64 @@ def detected(kernels, name: str, *outputs, **options) -> str:
 
 def test_barrier_some_threads_returned_from(kernels):
     report = detected(kernels, "barrier_after_return")
-    assert report == (f"divergent barrier in task 5: __syncthreads() at {marked('barrier-after-return')} is reached "
-                      f"by threads 0-63, but threads 64-127 returned without reaching it: every thread of the block "
-                      f"must reach every barrier")
+    assert report == (
+        f"divergent barrier in task 5: __syncthreads() at {marked('barrier-after-return')} is reached "
+        f"by threads 0-63, but threads 64-127 returned without reaching it: every thread of the block "
+        f"must reach every barrier"
+    )
 
 
 def test_threads_at_different_barriers(kernels):
     report = detected(kernels, "two_barriers")
-    assert report == (f"divergent barrier in task 5: threads wait at different barriers: threads 0-63 at "
-                      f"__syncthreads() at {marked('two-barriers-a')}; threads 64-127 at __syncthreads() at "
-                      f"{marked('two-barriers-b')}")
+    assert report == (
+        f"divergent barrier in task 5: threads wait at different barriers: threads 0-63 at "
+        f"__syncthreads() at {marked('two-barriers-a')}; threads 64-127 at __syncthreads() at "
+        f"{marked('two-barriers-b')}"
+    )
 
 
 def test_shuffle_mask_names_lanes_that_returned(kernels):
     report = detected(kernels, "shuffle_after_return")
-    assert report == (f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) waits at "
-                      f"__shfl_xor_sync(mask 0xffffffff) at {marked('shuffle-after-return')}, but lanes 16-31 named "
-                      f"in its mask returned without reaching it")
+    assert report == (
+        f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) waits at "
+        f"__shfl_xor_sync(mask 0xffffffff) at {marked('shuffle-after-return')}, but lanes 16-31 named "
+        f"in its mask returned without reaching it"
+    )
 
 
 def test_shuffle_mask_names_lanes_waiting_elsewhere(kernels):
     report = detected(kernels, "shuffle_in_branch")
-    assert report == (f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) waits at "
-                      f"__shfl_xor_sync(mask 0xffffffff) at {marked('shuffle-in-branch')}, but lanes named in its mask "
-                      f"never reach it: lanes 16-31 wait at __syncthreads() at {marked('shuffle-in-branch-barrier')} "
-                      f"(lanes 0-15 wait with it)")
+    assert report == (
+        f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) waits at "
+        f"__shfl_xor_sync(mask 0xffffffff) at {marked('shuffle-in-branch')}, but lanes named in its mask "
+        f"never reach it: lanes 16-31 wait at __syncthreads() at {marked('shuffle-in-branch-barrier')} "
+        f"(lanes 0-15 wait with it)"
+    )
 
 
 def test_shuffle_mask_without_the_calling_lane(kernels):
     report = detected(kernels, "mask_without_caller")
-    assert report == (f"warp collective mismatch in task 5: thread 16 (warp 0, lane 16) calls __shfl_xor_sync at "
-                      f"{marked('mask-without-caller')} with mask 0x0000ffff, which does not include its own lane")
+    assert report == (
+        f"warp collective mismatch in task 5: thread 16 (warp 0, lane 16) calls __shfl_xor_sync at "
+        f"{marked('mask-without-caller')} with mask 0x0000ffff, which does not include its own lane"
+    )
 
 
 def test_shuffle_source_lane_outside_the_mask(kernels):
     report = detected(kernels, "source_outside_mask")
-    assert report == (f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) reads lane 16 in "
-                      f"__shfl_sync(mask 0x0000ffff) at {marked('source-outside-mask')}, but lane 16 is not in the "
-                      f"mask: the value it gets is undefined")
+    assert report == (
+        f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) reads lane 16 in "
+        f"__shfl_sync(mask 0x0000ffff) at {marked('source-outside-mask')}, but lane 16 is not in the "
+        f"mask: the value it gets is undefined"
+    )
 
 
 def test_spin_that_cannot_end(kernels):
     report = detected(kernels, "spin_forever", dynamic_smem=64)
-    assert report.startswith(f"hang in task 5: thread 0 spins at __nanosleep at {marked('spin-forever')} and nothing "
-                             f"else can move; thread 1 (warp 0, lane 1) waits at __syncthreads() at ")
+    assert report.startswith(
+        f"hang in task 5: thread 0 spins at __nanosleep at {marked('spin-forever')} and nothing "
+        f"else can move; thread 1 (warp 0, lane 1) waits at __syncthreads() at "
+    )
 
 
 def test_trap(kernels):
@@ -79,8 +93,7 @@ def test_trap(kernels):
 def test_correct_kernels_have_no_findings(race_kernels, order):
     outs = {"dynamic_shared": (torch.zeros(2 * N),), "atomics": (out_words(16 + N), torch.zeros(2, dtype=torch.int64))}
     for name in CORRECT:
-        run = race_kernels.run(name, *outs.get(name, (out_words(40 * N),)), order=order, seed=3,
-                               dynamic_smem=2 * N * 4)
+        run = race_kernels.run(name, *outs.get(name, (out_words(40 * N),)), order=order, seed=3, dynamic_smem=2 * N * 4)
         assert run.ok, f"{name}: {run.report}"
 
 
@@ -97,9 +110,11 @@ def test_shared_memory_race_report_in_full(race_kernels):
     report = detected(race_kernels, "racy_shared")
     race = next(line for line in report.splitlines() if line.startswith("data race"))
     # In order, thread 0 reads s[1] before thread 1 writes it.
-    assert race == (f"data race in task 5: thread 1 (warp 0, lane 1) writes 4 bytes at shared mpk::test::racy_shared()::s+4 "
-                    f"at {marked('racy-shared-write')}; thread 0 (warp 0, lane 0) read it at {marked('racy-shared-read')}, "
-                    f"with no barrier in between (__syncthreads(), or __syncwarp() within a warp)")
+    assert race == (
+        f"data race in task 5: thread 1 (warp 0, lane 1) writes 4 bytes at shared mpk::test::racy_shared()::s+4 "
+        f"at {marked('racy-shared-write')}; thread 0 (warp 0, lane 0) read it at {marked('racy-shared-read')}, "
+        f"with no barrier in between (__syncthreads(), or __syncwarp() within a warp)"
+    )
 
 
 def test_global_memory_race(race_kernels):
@@ -111,15 +126,19 @@ def test_global_memory_race(race_kernels):
 
 def test_a_shuffle_orders_no_memory(race_kernels):
     report = detected(race_kernels, "shuffle_is_no_fence")
-    assert report.startswith("data race in task 5: thread 0 (warp 0, lane 0) reads 4 bytes at shared "
-                             f"mpk::test::shuffle_is_no_fence()::s+4 at {marked('no-fence-read')}")
+    assert report.startswith(
+        "data race in task 5: thread 0 (warp 0, lane 0) reads 4 bytes at shared "
+        f"mpk::test::shuffle_is_no_fence()::s+4 at {marked('no-fence-read')}"
+    )
     assert f"; thread 1 (warp 0, lane 1) wrote it at {marked('no-fence-write')}" in report
 
 
 def test_write_write_race(race_kernels):
     report = detected(race_kernels, "last_writer", out_words(1))
-    assert report.startswith("data race in task 5: thread 1 (warp 0, lane 1) writes 4 bytes at shared "
-                             f"mpk::test::last_writer()::s+0 at {marked('last-writer')}")
+    assert report.startswith(
+        "data race in task 5: thread 1 (warp 0, lane 1) writes 4 bytes at shared "
+        f"mpk::test::last_writer()::s+0 at {marked('last-writer')}"
+    )
     assert f"; thread 0 (warp 0, lane 0) wrote it at {marked('last-writer')}" in report
 
 
@@ -133,28 +152,35 @@ def test_reduction_missing_its_second_barrier(kernels, race_kernels):
         f"mpk::test::one_barrier_reduce<unsigned int>()::partial+0 at {marked('one-barrier-write')} (inlined at "
         f"{marked('one-barrier-second-call')}); thread 127 (warp 3, lane 31) read it at {marked('one-barrier-read')} "
         f"(inlined at {marked('one-barrier-first-call')}), with no barrier in between (__syncthreads(), or __syncwarp() "
-        "within a warp)")
+        "within a warp)"
+    )
 
 
 def test_read_of_shared_memory_nobody_wrote(race_kernels):
     report = detected(race_kernels, "reads_unwritten")
-    assert report.startswith(f"uninitialized shared memory in task 5: thread 0 (warp 0, lane 0) reads 4 bytes at "
-                             f"dynamic_smem+0 at {marked('reads-unwritten')}")
+    assert report.startswith(
+        f"uninitialized shared memory in task 5: thread 0 (warp 0, lane 0) reads 4 bytes at "
+        f"dynamic_smem+0 at {marked('reads-unwritten')}"
+    )
     assert report.splitlines()[0].endswith(", which no thread of this task wrote")
 
 
 def test_dynamic_shared_memory_overflow(race_kernels):
     report = detected(race_kernels, "smem_overflow", dynamic_smem=64)
-    assert report.startswith(f"dynamic shared memory overflow in task 5: thread 16 (warp 0, lane 16) writes 4 bytes at "
-                             f"dynamic_smem+64 at {marked('smem-overflow')}")
+    assert report.startswith(
+        f"dynamic shared memory overflow in task 5: thread 16 (warp 0, lane 16) writes 4 bytes at "
+        f"dynamic_smem+64 at {marked('smem-overflow')}"
+    )
     assert report.endswith(", past the 64 bytes the task was given")
 
 
 def test_misaligned_vector_access(race_kernels):
     report = detected(race_kernels, "misaligned_vector", out_words(1))
-    assert report == (f"misaligned access in task 5: thread 0 (warp 0, lane 0) reads 16 bytes at dynamic_smem+4 at "
-                      f"{marked('misaligned-vector')}, not a multiple of 16 (the device stops the kernel with a "
-                      f"misaligned address error)")
+    assert report == (
+        f"misaligned access in task 5: thread 0 (warp 0, lane 0) reads 16 bytes at dynamic_smem+4 at "
+        f"{marked('misaligned-vector')}, not a multiple of 16 (the device stops the kernel with a "
+        f"misaligned address error)"
+    )
 
 
 def test_race_check_needs_a_race_checking_build(kernels):

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from mpk_runtime import abi, codegen, host_emulation
+from mpk_runtime.codegen import abi
+from mpk_runtime.codegen import dispatcher as codegen
+from mpk_runtime.graph.variants import Variant
+from mpk_runtime.run import host_emulation
 from mpk_runtime.tasks import registry
 
 ARCH = "sm90"  # 256 threads
@@ -32,7 +35,7 @@ def reference(layer: str):
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "race_check"])
 def tasks(request) -> host_emulation.HostModule:
     """The generated dispatcher of VARIANTS, built for the host (plain, and race-checking)."""
-    variants = [codegen.Variant(i, registry.get(name), args) for i, (name, args) in enumerate(VARIANTS)]
+    variants = [Variant(i, registry.get(name), args) for i, (name, args) in enumerate(VARIANTS)]
     source = codegen.generate(variants, ARCH)
     return host_emulation.load(source, ARCH, codegen.module_name(variants), race_check=request.param)
 
@@ -45,9 +48,14 @@ def meta_batch(max_tokens: int = 1, active: int = 1) -> tuple[abi.MpkMeta, abi.M
 
 def run_rmsnorm(tasks, variant, x, w, y, max_tokens=1, active=1):
     meta, batch, keep = meta_batch(max_tokens, active)
-    desc = host_emulation.task_desc(variant, [x.data_ptr(), w.data_ptr()], [y.data_ptr()],
-                                    [{"f": 1e-6}, {"i": x.shape[0]}], task_id=3,
-                                    task_type=registry.get("rmsnorm").opcode)
+    desc = host_emulation.task_desc(
+        variant,
+        [x.data_ptr(), w.data_ptr()],
+        [y.data_ptr()],
+        [{"f": 1e-6}, {"i": x.shape[0]}],
+        task_id=3,
+        task_type=registry.get("rmsnorm").opcode,
+    )
     return tasks.run_task(variant, desc, meta, batch)
 
 
@@ -84,8 +92,14 @@ def test_silu_mul_two_tasks(tasks):
     y = torch.full((4, 512), float("nan"), dtype=torch.bfloat16)
     meta, batch, keep = meta_batch()
     for g in range(2):
-        desc = host_emulation.task_desc(2, [x[:, 512 * g:].data_ptr()], [y[:, 256 * g:].data_ptr()], task_id=10 + g,
-                                        grid_idx=(g, 0, 0), task_type=registry.get("silu_mul").opcode)
+        desc = host_emulation.task_desc(
+            2,
+            [x[:, 512 * g :].data_ptr()],
+            [y[:, 256 * g :].data_ptr()],
+            task_id=10 + g,
+            grid_idx=(g, 0, 0),
+            task_type=registry.get("silu_mul").opcode,
+        )
         run = tasks.run_task(2, desc, meta, batch)
         assert run.ok, run.report
     torch.testing.assert_close(y, reference("silu_mul")(x, num_groups=2))

@@ -30,14 +30,15 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from . import abi, build
-from .errors import BuildError, ConfigError
+from .. import archs, contract, resources
+from ..build import cache as build
+from ..codegen import abi
+from ..errors import BuildError, ConfigError
 
-EMULATION = build.CSRC / "emulation"
-REPO = build.CSRC.parent
+EMULATION = resources.CSRC / "emulation"
+REPO = resources.CSRC.parent
 RUNTIME_SOURCES = ("block_runner.cpp", "race_check.cpp")
 ARCHIVE = "runtime.a"
-TARGET_SM = {"sm80": 80, "sm90": 90, "sm100": 100}
 # Until runtime/persistent_kernel.cuh switches on MPK_HOST_EMULATION itself, the host build swaps it.
 KERNEL_INCLUDE = '#include "runtime/persistent_kernel.cuh"'
 HOST_ENTRY = '#include "emulation/entry.h"'
@@ -64,9 +65,11 @@ def cxx_version(path: str) -> str:
 @cache
 def cuda_include() -> Path:
     """The CUDA toolkit's include directory: its cuda_bf16.h / cuda_fp16.h give the host-side types."""
-    candidates = [Path(os.environ["CUDA_HOME"]) / "include"] if os.environ.get("CUDA_HOME") else []
-    if shutil.which("nvcc"):
-        candidates.append(Path(shutil.which("nvcc")).resolve().parents[1] / "include")
+    home = os.environ.get("CUDA_HOME")
+    candidates = [Path(home) / "include"] if home else []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parents[1] / "include")
     candidates.append(Path("/usr/local/cuda/include"))
     for path in candidates:
         if (path / "cuda_bf16.h").is_file():
@@ -85,8 +88,19 @@ def base_flags() -> list[str]:
     # maps strip it (the last one given is tried first). DWARF 4: GCC 12's DWARF 5 line tables keep
     # the compile directory unmapped.
     # -fno-strict-aliasing: CUDA code reads bf16 rows as uint4 (vec.cuh), which nvcc allows.
-    return ["-std=c++17", "-g", "-gdwarf-4", "-fPIC", "-fno-strict-aliasing", "-fvisibility=hidden", "-DMPK_HOST_EMULATION",
-            f"-I{build.CSRC}", f"-I{cuda_include()}", f"-ffile-prefix-map={REPO}=", f"-ffile-prefix-map={REPO}/="]
+    return [
+        "-std=c++17",
+        "-g",
+        "-gdwarf-4",
+        "-fPIC",
+        "-fno-strict-aliasing",
+        "-fvisibility=hidden",
+        "-DMPK_HOST_EMULATION",
+        f"-I{resources.CSRC}",
+        f"-I{cuda_include()}",
+        f"-ffile-prefix-map={REPO}=",
+        f"-ffile-prefix-map={REPO}/=",
+    ]
 
 
 def host_source(source: str) -> str:
@@ -124,8 +138,10 @@ def _key(parts: Sequence[str], files: Sequence[Path]) -> str:
 def _compile(args: list[str], what: str) -> None:
     proc = subprocess.run([cxx(), *args], capture_output=True, text=True, check=False, cwd=REPO)
     if proc.returncode != 0:
-        raise BuildError(f"g++ failed ({proc.returncode}) building {what} for the host:\n"
-                         f"{proc.stderr.strip() or proc.stdout.strip()}\ncommand: {cxx()} {' '.join(args)}")
+        raise BuildError(
+            f"g++ failed ({proc.returncode}) building {what} for the host:\n"
+            f"{proc.stderr.strip() or proc.stdout.strip()}\ncommand: {cxx()} {' '.join(args)}"
+        )
 
 
 def _valid(entry: Path, filename: str) -> bool:
@@ -163,6 +179,7 @@ def runtime_archive() -> Path:
     key = _key([cxx_version(cxx()), _cuda_version(), " ".join(flags).replace(str(REPO), "<repo>")], sources + headers)
     entry = build.cache_root() / "modules" / f"emulation-runtime-{key[:16]}"
     if not _valid(entry, ARCHIVE):
+
         def make(tmp: Path) -> None:
             objects = []
             for src in sources:
@@ -170,26 +187,43 @@ def runtime_archive() -> Path:
                 _compile([*flags, "-c", str(src), "-o", str(obj)], src.name)
                 objects.append(str(obj))
             subprocess.run(["ar", "rcs", str(tmp / ARCHIVE), *objects], check=True, capture_output=True)
+
         _publish(entry, ARCHIVE, {"key": key, "flags": flags, "compiler": cxx_version(cxx())}, make)
     return entry / ARCHIVE
 
 
-def build_host_module(source: str, arch: str, name: str, race_check: bool = False,
-                      include_dirs: Sequence[Path] = ()) -> build.BuildResult:
+def build_host_module(
+    source: str, arch: str, name: str, race_check: bool = False, include_dirs: Sequence[Path] = ()
+) -> build.BuildResult:
     """The host module of a generated dispatcher ``source`` for ``arch`` (its worker thread count),
     from the cache or built once. ``include_dirs``: more places for its quoted includes (test kernels)."""
-    if arch not in TARGET_SM:
-        raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(TARGET_SM)}")
+    if arch not in archs.ARCHS:
+        raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(archs.NAMES)}")
     start = time.perf_counter()
     text = host_source(source)
-    dirs = [build.CSRC, *map(Path, include_dirs)]
+    dirs = [resources.CSRC, *map(Path, include_dirs)]
     # Bodies at -O1: half the time of -O0 (a third with race checking), and -O2 is no faster here.
-    flags = [*base_flags(), "-O1", f"-DMPK_TARGET_SM={TARGET_SM[arch]}", *(f"-I{d}" for d in include_dirs),
-             *(RACE_FLAGS if race_check else [])]
+    flags = [
+        *base_flags(),
+        "-O1",
+        f"-DMPK_TARGET_SM={archs.by_name(arch).cc}",
+        f"-DMPK_WORKER_THREADS={archs.by_name(arch).worker_threads}",
+        *(f"-I{d}" for d in include_dirs),
+        *(RACE_FLAGS if race_check else []),
+    ]
     archive = runtime_archive()
     headers = _included(text, dirs) + sorted(p for p in EMULATION.iterdir() if p.suffix == ".h")
-    key = _key([f"abi={abi.ABI_VERSION}", cxx_version(cxx()), _cuda_version(),
-                " ".join(flags).replace(str(REPO), "<repo>"), archive.parent.name, text], headers)
+    key = _key(
+        [
+            f"abi={contract.ABI_VERSION}",
+            cxx_version(cxx()),
+            _cuda_version(),
+            " ".join(flags).replace(str(REPO), "<repo>"),
+            archive.parent.name,
+            text,
+        ],
+        headers,
+    )
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"
     entry = build.cache_root() / "modules" / f"{name}-host-{arch}{'-race' if race_check else ''}-{key[:16]}"
     if _valid(entry, build.MODULE):
@@ -201,14 +235,32 @@ def build_host_module(source: str, arch: str, name: str, race_check: bool = Fals
         _compile([*flags, "-include", "emulation/cuda_shim.h", "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
         _compile(["-shared", "-Wl,-z,defs", str(obj), str(archive), "-o", str(tmp / build.MODULE)], name)
 
-    _publish(entry, build.MODULE, {"key": key, "arch": arch, "name": name, "race_check": race_check, "flags": flags,
-                     "compiler": cxx_version(cxx()), "built_by_pid": os.getpid(), "built_at": time.time()}, make)
+    _publish(
+        entry,
+        build.MODULE,
+        {
+            "key": key,
+            "arch": arch,
+            "name": name,
+            "race_check": race_check,
+            "flags": flags,
+            "compiler": cxx_version(cxx()),
+            "built_by_pid": os.getpid(),
+            "built_at": time.time(),
+        },
+        make,
+    )
     return build.BuildResult(entry / build.MODULE, entry, key, False, time.perf_counter() - start)
 
 
 class _Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
-    _fields_ = [("order", C.c_int32), ("race_check", C.c_int32), ("seed", C.c_uint64),
-                ("num_threads", C.c_int32), ("reserved", C.c_int32)]
+    _fields_ = [
+        ("order", C.c_int32),
+        ("race_check", C.c_int32),
+        ("seed", C.c_uint64),
+        ("num_threads", C.c_int32),
+        ("reserved", C.c_int32),
+    ]
 
 
 @dataclass(frozen=True)
@@ -222,16 +274,41 @@ class TaskRun:
         return self.status == "ok"
 
 
-def task_desc(variant: int, inputs: Sequence[int], outputs: Sequence[int], scalars: Sequence[dict] = (),
-              task_id: int = 0, grid_idx: Sequence[int] = (0, 0, 0), task_type: int = 0) -> bytes:
+def task_desc(
+    variant: int,
+    inputs: Sequence[int],
+    outputs: Sequence[int],
+    scalars: Sequence[dict] = (),
+    task_id: int = 0,
+    grid_idx: Sequence[int] = (0, 0, 0),
+    task_type: int = 0,
+) -> bytes:
     """A 128-byte MpkTaskDesc: input / output addresses (e.g. ``t.data_ptr()``), scalars as in the
     task graph JSON (``{"f": 1e-6}`` or ``{"i": 4}``). No events: the emulator runs the task alone."""
     if len(inputs) > 7 or len(outputs) > 3 or len(scalars) > 2:
-        raise ConfigError(f"a task descriptor holds 7 inputs, 3 outputs and 2 scalars; got "
-                          f"{len(inputs)}, {len(outputs)} and {len(scalars)}")
-    words = [abi.scalar_word(s) for s in scalars] + [0] * (2 - len(scalars))
-    return abi.TASK_DESC.pack(variant, task_type, 0, 0, abi.NO_EVENT, 0, 0, 0, task_id, 0, *grid_idx, 0, *words,
-                              *inputs, *[0] * (7 - len(inputs)), *outputs, *[0] * (3 - len(outputs)))
+        raise ConfigError(
+            f"a task descriptor holds 7 inputs, 3 outputs and 2 scalars; got {len(inputs)}, {len(outputs)} and {len(scalars)}"
+        )
+    words = [abi.scalar_word(s["i"] if "i" in s else s["f"], "i" in s) for s in scalars] + [0] * (2 - len(scalars))
+    return abi.TASK_DESC.pack(
+        variant,
+        task_type,
+        0,
+        0,
+        contract.NO_EVENT,
+        0,
+        0,
+        0,
+        task_id,
+        0,
+        *grid_idx,
+        0,
+        *words,
+        *inputs,
+        *[0] * (7 - len(inputs)),
+        *outputs,
+        *[0] * (3 - len(outputs)),
+    )
 
 
 class HostModule:
@@ -240,8 +317,17 @@ class HostModule:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         lib = self._lib = C.CDLL(str(path))
-        lib.mpk_emu_run_task.argtypes = [C.c_uint32, C.c_char_p, C.c_void_p, C.c_void_p, C.c_uint32, C.c_void_p,
-                                         C.c_char_p, C.c_int, C.c_void_p]
+        lib.mpk_emu_run_task.argtypes = [
+            C.c_uint32,
+            C.c_char_p,
+            C.c_void_p,
+            C.c_void_p,
+            C.c_uint32,
+            C.c_void_p,
+            C.c_char_p,
+            C.c_int,
+            C.c_void_p,
+        ]
         lib.mpk_emu_switch_ns.restype = C.c_double
         lib.mpk_dynamic_smem_bytes.restype = C.c_uint
         buf = C.create_string_buffer(1024)
@@ -252,9 +338,19 @@ class HostModule:
         self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
         self.race_check = bool(lib.mpk_emu_race_check_built())
 
-    def run_task(self, variant: int, desc: bytes, meta: abi.MpkMeta, batch: abi.MpkBatchConfig, *,
-                 dynamic_smem: int | None = None, order: str = "in_order", seed: int = 0,
-                 race_check: bool | None = None, num_threads: int = 0) -> TaskRun:
+    def run_task(
+        self,
+        variant: int,
+        desc: bytes,
+        meta: abi.MpkMeta,
+        batch: abi.MpkBatchConfig,
+        *,
+        dynamic_smem: int | None = None,
+        order: str = "in_order",
+        seed: int = 0,
+        race_check: bool | None = None,
+        num_threads: int = 0,
+    ) -> TaskRun:
         """Run the task ``desc`` (see ``task_desc``) with dispatcher case ``variant``. ``order``: which
         runnable thread goes first between synchronization points ("in_order", "reversed", "shuffled"
         by ``seed``); ``race_check`` defaults to what the module was built with."""
@@ -267,10 +363,10 @@ class HostModule:
         report = C.create_string_buffer(16384)
         error = (C.c_longlong * 2)()
         smem = self.dynamic_smem_bytes if dynamic_smem is None else dynamic_smem
-        status = self._lib.mpk_emu_run_task(variant, desc, C.byref(meta), C.byref(batch), smem, C.byref(opts),
-                                            report, len(report), error)
-        return TaskRun(STATUS[status], report.value.decode(errors="replace"),
-                       (error[0], error[1]) if status == 1 else None)
+        status = self._lib.mpk_emu_run_task(
+            variant, desc, C.byref(meta), C.byref(batch), smem, C.byref(opts), report, len(report), error
+        )
+        return TaskRun(STATUS[status], report.value.decode(errors="replace"), (error[0], error[1]) if status == 1 else None)
 
     def switch_ns(self, n: int = 100_000) -> float:
         """One fiber switch, in ns (the mean over n round trips)."""
