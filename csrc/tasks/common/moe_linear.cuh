@@ -15,10 +15,12 @@
 //
 // Inside a task, warp w takes every kWorkerWarps-th unit and streams its 16 rows over the whole of K
 // with mma m16n8k16: W is the B operand, 16 bytes a lane loaded straight into registers (8
-// consecutive k of one row, the k permutation of linear.cuh), U k-blocks of 32 in flight; the
-// expert's tokens are the A operand, up to 64 at a time. Warps never wait for each other and need
-// no shared-memory reduction; the token list of each expert (at most kMaxSegments at once) is
-// compacted in shared memory from its routing row.
+// consecutive k of one row, the k permutation of linear.cuh), U k-blocks of 32 in registers and the
+// next U (or the next unit's first) already asked of L2 with a prefetch, which doubles the bytes in
+// flight without registers; the expert's tokens are the A operand, up to 64 at a time. Warps never
+// wait for each other and need no shared-memory reduction. The token list of each expert (at most
+// kMaxSegments at once) is compacted in shared memory from its routing row, while the first rows
+// of each warp's first unit are already on their way to L2.
 #pragma once
 #include <stdint.h>
 
@@ -26,6 +28,7 @@
 
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
+#include "primitives/prefetch.cuh"
 #include "primitives/scan.cuh"
 #include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
@@ -45,13 +48,40 @@ __host__ __device__ constexpr int largest_divisor_up_to(int n, int limit) {
   return 1;
 }
 
+// Weight rows of unit u: two n8 tiles (W13: 8 gate rows and the matching 8 up rows).
+template <int N, bool W13>
+__device__ __forceinline__ int tile_row(int unit, int tile) {
+  return W13 ? tile * (N / 2) + 8 * unit : kUnitRows * unit + 8 * tile;
+}
+
+// k-blocks of 32 a warp keeps in flight for MT m16 tiles of tokens: registers bound it.
+template <int K, int MT>
+__host__ __device__ constexpr int kblocks_in_flight() {
+  return largest_divisor_up_to(K / 32, MT == 1 ? 8 : (MT == 2 ? 4 : 2));
+}
+
+// Lane (g, t) asks L2 for columns [k, k + SPAN) of row g of both tiles of a unit (r0, r1: those
+// rows): the warp covers the 16 rows, so the loads of those columns later find them in L2. It keeps
+// one more step of the stream in flight without holding registers.
+template <typename T, int SPAN>
+__device__ __forceinline__ void prefetch_rows(T const *r0, T const *r1, int k) {
+  constexpr int kLine = 128 / sizeof(T);
+  int const t = threadIdx.x % 4;
+#pragma unroll
+  for (int l = t; l * kLine < SPAN; l += 4) {
+    prefetch_l2(r0 + k + l * kLine);
+    prefetch_l2(r1 + k + l * kLine);
+  }
+}
+
 // One unit of one expert for n <= 16 * MT tokens: list[i] is the output row (token * TOPK + slot)
-// of token i; rows 16 * MT past n are zero and not written.
+// of token i; rows 16 * MT past n are zero and not written. `next` (or -1): the unit this warp runs
+// next, whose first columns are prefetched during the last step of this one.
 template <typename T, int MT, int K, int N, int OUT_COLS, bool W13, int TOPK>
-__device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int const *list, int n, int unit) {
+__device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int const *list, int n, int unit, int next) {
   constexpr bool kFuse = W13 && OUT_COLS * 2 == N;
   constexpr int NKB = K / 32;
-  constexpr int U = largest_divisor_up_to(NKB, MT == 1 ? 8 : (MT == 2 ? 4 : 2));  // registers bound it
+  constexpr int U = kblocks_in_flight<K, MT>();
   int const lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
 
   T const *xlo[MT];
@@ -62,24 +92,28 @@ __device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int co
     xlo[m] = lo < n ? x + static_cast<size_t>(W13 ? list[lo] / TOPK : list[lo]) * K + 8 * t : nullptr;
     xhi[m] = hi < n ? x + static_cast<size_t>(W13 ? list[hi] / TOPK : list[hi]) * K + 8 * t : nullptr;
   }
-  int const row0 = W13 ? 8 * unit : kUnitRows * unit;  // first row of each n8 tile
-  int const row1 = W13 ? N / 2 + 8 * unit : kUnitRows * unit + 8;
-  T const *w0 = w + static_cast<size_t>(row0 + g) * K + 8 * t;
-  T const *w1 = w + static_cast<size_t>(row1 + g) * K + 8 * t;
+  int const row0 = tile_row<N, W13>(unit, 0), row1 = tile_row<N, W13>(unit, 1);
+  T const *r0 = w + static_cast<size_t>(row0 + g) * K;
+  T const *r1 = w + static_cast<size_t>(row1 + g) * K;
 
   float acc[2][MT][4] = {};
 #pragma unroll 1
   for (int kb = 0; kb < NKB; kb += U) {
+    if (kb + U < NKB)
+      prefetch_rows<T, U * 32>(r0, r1, (kb + U) * 32);
+    else if (next >= 0)
+      prefetch_rows<T, U * 32>(w + static_cast<size_t>(tile_row<N, W13>(next, 0) + g) * K,
+                               w + static_cast<size_t>(tile_row<N, W13>(next, 1) + g) * K, 0);
     uint4 wv[U][2], xl[U][MT], xh[U][MT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      int const k = (kb + u) * 32;
-      wv[u][0] = ld_stream_16(w0 + k);
-      wv[u][1] = ld_stream_16(w1 + k);
+      int const k = (kb + u) * 32 + 8 * t;
+      wv[u][0] = ld_stream_16(r0 + k);
+      wv[u][1] = ld_stream_16(r1 + k);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        xl[u][m] = xlo[m] ? ld_16(xlo[m] + k) : uint4{};
-        xh[u][m] = xhi[m] ? ld_16(xhi[m] + k) : uint4{};
+        xl[u][m] = xlo[m] ? ld_16(xlo[m] + (kb + u) * 32) : uint4{};
+        xh[u][m] = xhi[m] ? ld_16(xhi[m] + (kb + u) * 32) : uint4{};
       }
     }
 #pragma unroll
@@ -88,6 +122,7 @@ __device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int co
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
+          // k permutation: mma k 2t+j <- k 8t+j, mma k 2t+8+j <- k 8t+2+j (first step), +4 (second)
           mma_m16n8k16<T>(acc[r][m], xl[u][m].x, xh[u][m].x, xl[u][m].y, xh[u][m].y, wv[u][r].x, wv[u][r].y);
           mma_m16n8k16<T>(acc[r][m], xl[u][m].z, xh[u][m].z, xl[u][m].w, xh[u][m].w, wv[u][r].z, wv[u][r].w);
         }
@@ -113,19 +148,21 @@ __device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int co
     }
 }
 
-// Every unit of one expert this warp takes, for every batch of at most kMaxTile of its tokens.
+// Every unit of one expert this warp takes (first, first + kWorkerWarps, ... < end), for every
+// batch of at most kMaxTile of its len tokens.
 template <typename T, int K, int N, int OUT_COLS, bool W13, int TOPK>
 __device__ __forceinline__ void expert_units(T const *x, T const *w, T *y, int const *list, int len, int first,
                                              int end) {
   for (int unit = first; unit < end; unit += kWorkerWarps)
     for (int b = 0; b < len; b += kMaxTile) {
       int const n = min(kMaxTile, len - b);
+      int const next = b + kMaxTile < len ? -1 : (unit + kWorkerWarps < end ? unit + kWorkerWarps : -1);
       if (n <= 16)
-        expert_unit<T, 1, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit);
+        expert_unit<T, 1, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
       else if (n <= 32)
-        expert_unit<T, 2, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit);
+        expert_unit<T, 2, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
       else
-        expert_unit<T, 4, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit);
+        expert_unit<T, 4, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
     }
 }
 
@@ -188,6 +225,13 @@ __device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &
       begin[s] += ((warp - (u - lo)) % kWorkerWarps + kWorkerWarps) % kWorkerWarps;
       u = min(hi, (a + 1) * UPE);
       segments = s + 1;
+    }
+    if (begin[0] < end[0]) {  // this warp's first unit: in L2 by the time its token list is built
+      int const g = threadIdx.x % kWarpSize / 4;
+      T const *we = w + static_cast<size_t>(expert[0]) * N * K;
+      prefetch_rows<T, kblocks_in_flight<K, 1>() * 32>(we + static_cast<size_t>(tile_row<N, W13>(begin[0], 0) + g) * K,
+                                                       we + static_cast<size_t>(tile_row<N, W13>(begin[0], 1) + g) * K,
+                                                       0);
     }
 #pragma unroll
     for (int s = 0; s < kMaxSegments; ++s) {
