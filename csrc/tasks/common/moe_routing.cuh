@@ -1,0 +1,142 @@
+// MoE routing (top-k, softmax over the kept k): for every active token t of the router logits
+// (tokens x E), its TOPK largest logits in decreasing order, and
+//   weights[t][j]   softmax of the kept logits (fp32): exp(l_j - l_0) / sum over the kept k
+//   routing[e][t]   j + 1 if expert e is token t's j-th choice, else 0 (expert-major, row stride
+//                   `rows`, the token dimension; columns of inactive tokens are not written)
+//   mask[e]         the tokens routed to experts below e (an exclusive prefix count); mask[E] is
+//                   tokens * TOPK, so expert e has mask[e + 1] - mask[e] tokens
+// Ties resolve to the lower expert index; NaN logits count as -inf, and -0 as +0.
+//
+// One task (one CTA) sees every token. A warp per token keeps the token's logits in registers
+// (E / 32 a lane) as 64-bit keys that order by (value, lower index first), and finds the top k by k
+// rounds of a warp arg-max. Slots are staged in shared memory per chunk of 32 tokens, so that the
+// routing rows are written coalesced and each expert's count is summed there.
+#pragma once
+#include <stdint.h>
+
+#include "primitives/scan.cuh"
+#include "primitives/vec.cuh"
+#include "primitives/warp.cuh"
+#include "runtime/task_api.cuh"
+
+namespace mpk {
+namespace tasks {
+namespace routing_detail {
+
+constexpr int kChunk = 32;            // tokens staged at once
+constexpr int kStride = kChunk + 1;   // padded row of the staging area: lanes of a warp hit distinct banks
+
+// A key whose unsigned order is (logit, then the lower expert index): the logit's bits made
+// monotonic in the high half, the complement of the expert in the low half.
+__device__ __forceinline__ unsigned long long key_of(float v, int e) {
+  if (v != v) v = __uint_as_float(0xff800000u);  // NaN -> -inf
+  if (v == 0.f) v = 0.f;                        // -0 -> +0: equal logits tie on the index
+  uint32_t const bits = __float_as_uint(v);
+  uint32_t const ordered = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - static_cast<uint32_t>(e));
+}
+
+__device__ __forceinline__ float value_of(unsigned long long key) {
+  uint32_t const ordered = static_cast<uint32_t>(key >> 32);
+  uint32_t const bits = (ordered & 0x80000000u) ? (ordered & 0x7fffffffu) : ~ordered;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ int expert_of(unsigned long long key) {
+  return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+}  // namespace routing_detail
+
+template <typename T, int E, int TOPK>
+constexpr unsigned moe_routing_smem_bytes() {
+  return E * routing_detail::kStride * 4;
+}
+
+template <typename T, int E, int TOPK>
+__device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, Runtime const &rt) {
+  static_assert(E >= 1 && E <= 1024, "moe routing: 1 to 1024 experts (a lane keeps E / 32 logits in registers)");
+  static_assert(TOPK >= 1 && TOPK <= E && TOPK <= kWarpSize, "moe routing: 1 <= top-k <= min(E, 32)");
+  using namespace routing_detail;
+  constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
+  constexpr int kPerThread = (E + kWorkerThreads - 1) / kWorkerThreads;
+
+  T const *logits = task.input<T const>(0);
+  float *weights = task.output<float>(0);
+  int32_t *routing = task.output<int32_t>(1);
+  int32_t *mask = task.output<int32_t>(2);
+  int const rows = task.scalar_i(0);  // the token dimension: routing's row stride
+  int const tokens = rt.active_rows(rows);
+  int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  int *slots = reinterpret_cast<int *>(dynamic_smem);  // [E][kStride]: slot of (expert, token in chunk)
+  int count[kPerThread] = {};                           // tokens of experts threadIdx.x + i * kWorkerThreads
+
+  for (int base = 0; base < tokens; base += kChunk) {
+    int const n = min(kChunk, tokens - base);
+    for (int tl = warp; tl < n; tl += kWorkerWarps) {
+      int const t = base + tl;
+      T const *row = logits + static_cast<size_t>(t) * E;
+      unsigned long long key[kPerLane];
+      int slot[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int const e = lane + i * kWarpSize;
+        key[i] = e < E ? key_of(to_float(row[e]), e) : 0ull;  // 0: below every expert's key
+        slot[i] = 0;
+      }
+      float kept = 0.f, top = 0.f;  // lane j keeps the j-th choice's logit
+#pragma unroll 1
+      for (int j = 0; j < TOPK; ++j) {
+        unsigned long long best = 0ull;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
+#pragma unroll
+        for (int o = kWarpSize / 2; o > 0; o /= 2) {
+          unsigned long long const other = __shfl_xor_sync(0xffffffffu, best, o);
+          best = other > best ? other : best;
+        }
+        int const e = expert_of(best);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i)
+          if (lane + i * kWarpSize == e) slot[i] = j + 1;
+        float const v = value_of(best);
+        if (j == 0) top = v;
+        if (lane == j) kept = v;
+      }
+      float const p = lane < TOPK ? expf(kept - top) : 0.f;
+      float const sum = warp_sum(p);
+      if (lane < TOPK) weights[static_cast<size_t>(t) * TOPK + lane] = p / sum;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int const e = lane + i * kWarpSize;
+        if (e < E) slots[e * kStride + tl] = slot[i];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < E * n; i += kWorkerThreads) {
+      int const e = i / n, tl = i % n;
+      routing[static_cast<size_t>(e) * rows + base + tl] = slots[e * kStride + tl];
+    }
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      int const e = threadIdx.x + i * kWorkerThreads;
+      if (e < E)
+        for (int tl = 0; tl < n; ++tl) count[i] += slots[e * kStride + tl] != 0;
+    }
+    __syncthreads();  // the staging area is rewritten by the next chunk
+  }
+
+  int offset = 0;  // experts are numbered chunk by chunk of kWorkerThreads, in thread order
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    int const e = threadIdx.x + i * kWorkerThreads;
+    int total;
+    int const before = block_exclusive_sum(e < E ? count[i] : 0, total);
+    if (e < E) mask[e] = offset + before;
+    offset += total;
+  }
+  if (threadIdx.x == 0) mask[E] = offset;
+}
+
+}  // namespace tasks
+}  // namespace mpk

@@ -1,0 +1,117 @@
+"""The MoE layers without a GPU: the run-time split of the routed work (every unit of every expert
+with tokens exactly once, evenly over the tasks), the dependencies of a block (expert linears are
+unordered among their own tasks, ordered against the layers around them), argument validation,
+and compile-only builds of a whole block (plain and SiLU-mul fused) for sm80, sm90 and sm100."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpk_runtime.errors import DTypeError, GridError, ShapeError
+from mpk_runtime.tasks.moe_experts import assigned_units
+
+bf = torch.bfloat16
+BATCH = dict(test_mode=True, max_num_batched_tokens=16, max_seq_length=16, max_num_pages=16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_routed_unit_goes_to_exactly_one_task_evenly(seed):
+    g = torch.Generator().manual_seed(seed)
+    experts = [8, 64, 128][seed % 3]
+    counts = torch.randint(0, 3, (experts,), generator=g) * (torch.rand(experts, generator=g) < 0.3)
+    mask = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).int()
+    upe = [16, 96, 128][seed % 3]
+    for tasks in (1, 3, 8, 131):
+        seen, sizes = [], []
+        for j in range(tasks):
+            segs = assigned_units(mask, tasks, j, upe)
+            sizes.append(sum(end - first for _, first, end in segs))
+            seen += [(e, u) for e, first, end in segs for u in range(first, end)]
+        want = [(e, u) for e in range(experts) if counts[e] > 0 for u in range(upe)]
+        assert sorted(seen) == want  # each unit of each expert with tokens, once; none of the others
+        assert max(sizes) - min(sizes) <= 1
+
+
+def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=False, tag=""):
+    def t(name, *shape, dtype=bf):
+        return pk.attach_input(torch.empty(*shape, dtype=dtype), name + tag)
+
+    x, out, res = t("x", rows, hidden), t("out", rows, hidden), t("res", rows, hidden)
+    wr, w13, w2 = t("wr", experts, hidden), t("w13", experts, 2 * inter, hidden), t("w2", experts, hidden, inter)
+    logits, tw = t("logits", rows, experts), t("tw", rows, topk, dtype=torch.float32)
+    route = dict(routing_indices=t("ri", experts, rows, dtype=torch.int32), expert_mask=t("em", experts + 1, dtype=torch.int32))
+    act, y, bd = t("act", rows, topk, inter), t("y", rows, topk, hidden), pk.block_dim
+    pk.linear_layer(input=x, weight=wr, output=logits, grid_dim=(experts // 8, 1, 1), block_dim=bd)
+    pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=tw, **route, grid_dim=(1, 1, 1), block_dim=bd)
+    if fused:
+        pk.moe_w13_linear_layer(input=x, weight=w13, **route, output=act, grid_dim=(tasks, 1, 1), block_dim=bd)
+    else:
+        mid = t("mid", rows, topk, 2 * inter)
+        pk.moe_w13_linear_layer(input=x, weight=w13, **route, output=mid, grid_dim=(tasks, 1, 1), block_dim=bd)
+        pk.moe_silu_mul_layer(input=mid, output=act, grid_dim=(2, 1, 1), block_dim=bd)
+    pk.moe_w2_linear_layer(input=act, weight=w2, **route, output=y, grid_dim=(tasks, 1, 1), block_dim=bd)
+    pk.moe_mul_sum_add_layer(input=y, topk_weights=tw, residual=res, output=out, grid_dim=(4, 1, 1), block_dim=bd)
+
+
+def test_expert_linear_tasks_are_unordered_among_themselves_and_after_their_producers(make_pk):
+    pk = make_pk(90, num_workers=4, **BATCH)
+    block(pk, tasks=4)
+    g = pk._graph  # the declared task graph
+    by_layer = {layer.name: list(range(layer.first_task, layer.first_task + layer.num_tasks)) for layer in g.layers}
+    w13, w2, routing = by_layer["moe_w13_linear_0"], by_layer["moe_w2_linear_0"], by_layer["moe_topk_softmax_routing_0"]
+    for tid in w13:
+        assert set(g.tasks[tid].deps) == set(routing)  # not on each other
+    for tid in w2:
+        assert set(g.tasks[tid].deps) >= set(by_layer["moe_silu_mul_0"]) and not set(g.tasks[tid].deps) & set(w2)
+    for tid in by_layer["moe_mul_sum_add_0"]:
+        assert set(g.tasks[tid].deps) >= set(w2)
+
+
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        (dict(w13_out=(16, 2, 100)), ShapeError, "output's last dim must be 256 ([gate | up]) or 128"),
+        (dict(w13_weight=(8, 256, 250)), ShapeError, "in_features=256"),
+        (dict(routing=(8, 15)), ShapeError, "routing_indices must be (experts, tokens) = (8, 16)"),
+        (dict(w13_dtype=torch.float32), DTypeError, "must be bfloat16 or float16"),
+    ],
+)
+def test_expert_linear_arguments_are_checked(make_pk, change, error, words):
+    pk = make_pk(90, **BATCH)
+    x = pk.attach_input(torch.empty(16, 256, dtype=change.get("w13_dtype", bf)), "x")
+    w = pk.attach_input(torch.empty(*change.get("w13_weight", (8, 256, 256)), dtype=bf), "w")
+    r = pk.attach_input(torch.empty(*change.get("routing", (8, 16)), dtype=torch.int32), "r")
+    m = pk.attach_input(torch.empty(9, dtype=torch.int32), "m")
+    y = pk.attach_input(torch.empty(*change.get("w13_out", (16, 2, 256)), dtype=bf), "y")
+    with pytest.raises(error) as e:
+        pk.moe_w13_linear_layer(
+            input=x, weight=w, routing_indices=r, expert_mask=m, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim
+        )
+    assert words in str(e.value)
+
+
+def test_routing_arguments_are_checked(make_pk):
+    pk = make_pk(90, **BATCH)
+    x = pk.attach_input(torch.empty(4, 8, dtype=bf), "x")
+    w = pk.attach_input(torch.empty(4, 9), "w")  # k = 9 > E = 8
+    r = pk.attach_input(torch.empty(8, 4, dtype=torch.int32), "r")
+    m = pk.attach_input(torch.empty(9, dtype=torch.int32), "m")
+    with pytest.raises(ShapeError, match=r"k=9 experts per token out of E=8"):
+        pk.moe_topk_softmax_routing_layer(
+            input=x, topk_weights=w, routing_indices=r, expert_mask=m, grid_dim=(1, 1, 1), block_dim=pk.block_dim
+        )
+    ok = pk.attach_input(torch.empty(4, 2), "w_ok")
+    with pytest.raises(GridError):  # one task sees every token
+        pk.moe_topk_softmax_routing_layer(
+            input=x, topk_weights=ok, routing_indices=r, expert_mask=m, grid_dim=(2, 1, 1), block_dim=pk.block_dim
+        )
+
+
+@pytest.mark.parametrize("cc", [80, 90, 100], ids=lambda cc: f"sm{cc}")
+def test_moe_block_compiles(make_pk, cc):
+    pk = make_pk(cc, num_workers=8, **BATCH)
+    block(pk, experts=64, topk=8, tasks=8, fused=False)
+    block(pk, experts=64, topk=8, tasks=8, fused=True, tag="_fused")
+    pk.compile()
+    assert "moe_w13_linear" in pk.build_result.entry.name or pk.build_result.path.exists()

@@ -1,0 +1,67 @@
+"""What the MoE scenes share: the batch they run in (MAX_TOKENS rows of tokens, of which `active`
+are live, set through the meta tensors), router logits for each routing case, and routing data
+for the expert layers tested alone."""
+
+from __future__ import annotations
+
+import torch
+
+from mpk_runtime.harness import find_reference
+
+MAX_TOKENS = 64  # rows of every token dimension: max_num_batched_tokens; one build serves 1..64 active
+PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "few_experts", "nan")
+routing_reference = find_reference("moe_topk_softmax_routing")
+
+
+def kernel_params(active: int) -> dict:
+    """A batch of MAX_TOKENS token rows with `active` live tokens (one request with an `active`-token prompt)."""
+    return {
+        "max_num_batched_tokens": MAX_TOKENS,
+        "max_seq_length": MAX_TOKENS,
+        "max_num_pages": MAX_TOKENS,
+        "meta_tensors": {"prompt_lengths": torch.tensor([active], dtype=torch.int32)},
+    }
+
+
+def live(active: int, *lead: int) -> torch.Tensor:
+    """The `written` mask of an output whose token dimension comes after `lead` dims."""
+    rows = torch.arange(MAX_TOKENS) < active
+    return rows.expand(*lead, MAX_TOKENS).clone() if lead else rows
+
+
+def logits(pattern: str, experts: int, tokens: int = MAX_TOKENS) -> torch.Tensor:
+    """Router logits (tokens, experts), float32, for one routing case:
+    uniform: random; one_expert: expert 3 first for every token (k = 1: every token to one expert);
+    all_same: every token the same row (k experts with every token, the rest with none);
+    ties: small integers, and experts 2i, 2i+1 equal (resolved to the lower index);
+    zeros: all equal (experts 0..k-1); few_experts: experts from 5 on far below the rest (with k <= 5
+    most experts get no token); nan: random with NaN and -inf entries (NaN counts as -inf)."""
+    x = torch.randn(tokens, experts)
+    if pattern == "one_expert":
+        x[:, 3 % experts] += 100.0
+    elif pattern == "all_same":
+        x[:] = x[0]
+    elif pattern == "ties":
+        x = torch.randint(-2, 3, (tokens, experts)).float()
+        x[:, 1::2] = x[:, 0::2][:, : x[:, 1::2].shape[1]]
+    elif pattern == "zeros":
+        x.zero_()
+    elif pattern == "few_experts":
+        x[:, 5:] -= 100.0  # experts 0..4 take every first choice; with k > 5 the rest spill over
+    elif pattern == "nan":
+        x[torch.rand(tokens, experts) < 0.1] = float("nan")
+        x[torch.rand(tokens, experts) < 0.1] = float("-inf")
+    elif pattern != "uniform":
+        raise ValueError(f"routing pattern {pattern!r}; use one of {PATTERNS}")
+    return x
+
+
+def routing(pattern: str, experts: int, topk: int, active: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(topk_weights, routing_indices, expert_mask) of the first `active` tokens, as routing inputs of
+    MAX_TOKENS rows. The columns of inactive tokens hold junk slots, which a correct layer never reads."""
+    w, r, m = routing_reference(logits(pattern, experts)[:active], topk)
+    weights = torch.rand(MAX_TOKENS, topk)
+    weights[:active] = w
+    routing_indices = torch.randint(1, topk + 1, (experts, MAX_TOKENS), dtype=torch.int32)
+    routing_indices[:, :active] = r
+    return weights, routing_indices, m

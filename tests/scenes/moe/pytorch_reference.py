@@ -1,0 +1,37 @@
+"""The MoE block of a Qwen3-MoE decoder layer, from the layers' canonical references: router
+linear -> top-k softmax routing -> w13 (gate / up) -> SiLU-mul -> w2 (down) -> weighted sum over
+each token's k experts + residual. Returns every intermediate, for the active tokens."""
+
+import torch
+
+from mpk_runtime.harness import find_reference
+
+linear = find_reference("linear")
+routing = find_reference("moe_topk_softmax_routing")
+w13_linear = find_reference("moe_w13_linear")
+silu_mul = find_reference("moe_silu_mul")
+w2_linear = find_reference("moe_w2_linear")
+mul_sum_add = find_reference("moe_mul_sum_add")
+
+
+def moe_block(
+    input: torch.Tensor,
+    router_weight: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    residual: torch.Tensor,
+    topk: int,
+    fused: bool = False,
+) -> dict[str, torch.Tensor]:
+    """input and residual (tokens, H), router_weight (E, H), w13 (E, 2 * I, H), w2 (E, H, I). With
+    fused, SiLU-mul happens in the w13 linear (one rounding) and there is no `mid`."""
+    out = {"logits": linear(input, router_weight)}
+    out["topk_weights"], out["routing_indices"], out["expert_mask"] = routing(out["logits"], topk)
+    if fused:
+        out["act"] = w13_linear(input, w13, out["routing_indices"], topk, fuse_silu_mul=True)
+    else:
+        out["mid"] = w13_linear(input, w13, out["routing_indices"], topk)
+        out["act"] = silu_mul(out["mid"])
+    out["y"] = w2_linear(out["act"], w2, out["routing_indices"])
+    out["output"] = mul_sum_add(out["y"], out["topk_weights"], residual)
+    return out

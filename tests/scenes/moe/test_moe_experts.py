@@ -1,0 +1,123 @@
+"""Scene tests of the expert linears, moe_w13_linear (gate / up, optionally with SiLU-mul fused) and
+moe_w2_linear (down), each alone on routing data from the reference: routing cases with experts
+of no tokens, one expert with every token (64 tokens: four m16 tiles), k = 1 to 8, E = 8, 64, 128,
+1 to 64 active tokens of a 64-token batch, and grids of 1 to 13 tasks sharing the routed work."""
+
+import torch
+from hypothesis import strategies as st
+
+from pytest_mpk import Case, Expected, Out, SceneTestCase, scene_test
+
+from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, live, routing
+
+HIDDEN, INTER = 256, 128
+
+
+def expert_cases(fused_too: bool) -> list[Case]:
+    cases = [
+        Case("e8_k2_uniform_a64_t8", experts=8, topk=2, active=64, pattern="uniform", tasks=8),
+        Case("e64_k8_uniform_a1_t8", experts=64, topk=8, active=1, pattern="uniform", tasks=8),
+        Case("e64_k8_ties_a23_t3", experts=64, topk=8, active=23, pattern="ties", tasks=3),
+        Case("e64_k8_all_same_a40_t5", experts=64, topk=8, active=40, pattern="all_same", tasks=5),
+        Case("e64_k1_one_expert_a64_t8", experts=64, topk=1, active=64, pattern="one_expert", tasks=8),
+        Case("e64_k1_few_experts_a9_t1", experts=64, topk=1, active=9, pattern="few_experts", tasks=1),
+        Case("e128_k8_uniform_a64_t13", experts=128, topk=8, active=64, pattern="uniform", tasks=13),
+    ]
+    if fused_too:  # every case names `fused`, the output [gate | up] or silu(gate) * up
+        cases = [Case(c.name, **c.params, fused=False) for c in cases]
+        cases.append(Case("e64_k8_uniform_a17_t8_fused", experts=64, topk=8, active=17, pattern="uniform", tasks=8, fused=True))
+    return cases
+
+
+SWEEP = {  # one build (E = 64, k = 8): active tokens, routing and the grid are run-time data
+    "experts": st.just(64),
+    "topk": st.just(8),
+    "active": st.integers(1, MAX_TOKENS),
+    "pattern": st.sampled_from([p for p in PATTERNS if p != "nan"]),
+    "tasks": st.sampled_from([1, 3, 8, 13]),
+}
+
+
+@scene_test(layer="moe_w13_linear")
+class TestMoeW13(SceneTestCase):
+    CASES = expert_cases(fused_too=True)
+    SWEEP = {**SWEEP, "fused": st.just(False)}
+
+    def kernel_params(self, params):
+        return kernel_params(params["active"])
+
+    def generate_args(self, params):
+        e, k = params["experts"], params["topk"]
+        _, r, m = routing(params["pattern"], e, k, params["active"])
+        cols = INTER if params["fused"] else 2 * INTER
+        return {
+            "input": torch.randn(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16),
+            "weight": torch.randn(e, 2 * INTER, HIDDEN, dtype=torch.bfloat16) / HIDDEN**0.5,
+            "routing_indices": r,
+            "expert_mask": m,
+            "output": Out(torch.empty(MAX_TOKENS, k, cols, dtype=torch.bfloat16)),
+        }
+
+    def build(self, pk, t, params):
+        pk.moe_w13_linear_layer(
+            input=t.input,
+            weight=t.weight,
+            routing_indices=t.routing_indices,
+            expert_mask=t.expert_mask,
+            output=t.output,
+            grid_dim=(params["tasks"], 1, 1),
+            block_dim=pk.block_dim,
+        )
+
+    def compute_golden(self, args, params):
+        from mpk_runtime.harness import find_reference
+
+        a, k = params["active"], params["topk"]
+        got = find_reference("moe_w13_linear")(args.input[:a], args.weight, args.routing_indices[:, :a], k, params["fused"])
+        full = torch.zeros(MAX_TOKENS, *got.shape[1:], dtype=got.dtype)
+        full[:a] = got
+        return Expected(full, written=live(a))
+
+
+@scene_test(layer="moe_w2_linear")
+class TestMoeW2(SceneTestCase):
+    CASES = expert_cases(fused_too=False)
+    SWEEP = SWEEP
+
+    def kernel_params(self, params):
+        return kernel_params(params["active"])
+
+    def generate_args(self, params):
+        e, k = params["experts"], params["topk"]
+        _, r, m = routing(params["pattern"], e, k, params["active"])
+        return {
+            "input": torch.randn(MAX_TOKENS, k, INTER, dtype=torch.bfloat16),
+            "weight": torch.randn(e, HIDDEN, INTER, dtype=torch.bfloat16) / INTER**0.5,
+            "routing_indices": r,
+            "expert_mask": m,
+            "output": Out(torch.empty(MAX_TOKENS, k, HIDDEN, dtype=torch.bfloat16)),
+        }
+
+    def build(self, pk, t, params):
+        pk.moe_w2_linear_layer(
+            input=t.input,
+            weight=t.weight,
+            routing_indices=t.routing_indices,
+            expert_mask=t.expert_mask,
+            output=t.output,
+            grid_dim=(params["tasks"], 1, 1),
+            block_dim=pk.block_dim,
+        )
+
+    def compute_golden(self, args, params):
+        from mpk_runtime.harness import find_reference
+
+        a = params["active"]
+        got = find_reference("moe_w2_linear")(args.input[:a], args.weight, args.routing_indices[:, :a])
+        full = torch.zeros(MAX_TOKENS, *got.shape[1:], dtype=got.dtype)
+        full[:a] = got
+        return Expected(full, written=live(a))
+
+
+if __name__ == "__main__":
+    SceneTestCase.run_module(__name__)
