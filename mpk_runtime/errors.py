@@ -75,6 +75,16 @@ class KernelError(MpkError, RuntimeError):
     """The persistent kernel stopped with an error reported by the device."""
 
 
+class RankError(MpkError, RuntimeError):
+    """Another rank of a multi-rank kernel failed or stopped responding, or the ranks disagree.
+
+    ``ranks`` lists the ranks concerned (those that did not answer, for a timeout)."""
+
+    def __init__(self, message: str, ranks: list[int] | None = None):
+        super().__init__(message)
+        self.ranks = list(ranks or [])
+
+
 class WatchdogError(KernelError):
     """The device watchdog stopped a kernel in which nothing progressed for too long.
 
