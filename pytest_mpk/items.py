@@ -155,6 +155,7 @@ class _SceneItem(pytest.Item):
             repro=mpk.repro(self),
             replay=mpk.replay,
             profile=mpk.profile,
+            rank_timeout=mpk.rank_timeout,
         )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:

@@ -90,6 +90,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Seconds without progress before the device watchdog stops a kernel (default 5)",
     )
     group.addoption(
+        "--mpk-rank-timeout",
+        dest="mpk_rank_timeout",
+        metavar="SECONDS",
+        type=_positive_float,
+        help="Seconds a rank of a multi-rank case waits for the others at each meeting point (default: hang timeout + 60)",
+    )
+    group.addoption(
         "--mpk-replay",
         dest="mpk_replay",
         metavar="DIR",

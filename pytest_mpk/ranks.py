@@ -170,7 +170,7 @@ def run_this_rank(
         raise SceneFailure(f"not run: {_stopped[0]}")
     world.set_context(key)
     rank, size = world.rank, world.size
-    wait = setup.hang_timeout + 60  # a rank may be building a module meanwhile
+    wait = setup.rank_timeout or setup.hang_timeout + 60  # a rank may be building a module meanwhile
     if rank == 0:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
     setup.artifacts.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ class Setup:
     repro: str  # the command line that reruns this item
     replay: Path | None = None  # --mpk-replay: a compile output directory to run instead of build()
     profile: bool = False  # --mpk-profile: record a trace (gpu backend only)
+    rank_timeout: float | None = None  # --mpk-rank-timeout: a multi-rank case's wait for the other ranks
     notes: list[str] = field(default_factory=list)  # lines for the item's report
 
 

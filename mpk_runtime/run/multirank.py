@@ -211,6 +211,6 @@ class _Iteration:
                 lambda task, q: self.index + 1 if (task, q) in self.sent else self.index,
             )
             body = diagnostics.format_watchdog(record, self.index).splitlines()[1:]
-            lines += [f"  rank {r}:{line}" for line in body]
+            lines += [f"  rank {r}: {line.strip()}" for line in body]
             records += [{"at_rank": r, **entry} for entry in record]
         return WatchdogError("\n".join(lines), records)
