@@ -15,17 +15,15 @@ import os
 import sys
 from pathlib import Path
 
-for _key, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ.setdefault(_key, _value)
-
 import torch
+
+from mpk_runtime.harness import mpi_job, mpi_world
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_mlp  # noqa: E402
+
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
-
-from mpk_runtime.harness import mpi_job, mpi_world  # noqa: E402
 
 H, I = bench_mlp.H, bench_mlp.I
 DOWN_TASKS = 128
@@ -71,6 +69,10 @@ def tp_kernel(batch: int, shards: list[dict], world: int, x, rs, outs):
 
 
 def main() -> None:
+    for key in ("NCCL_NVLS_ENABLE",):
+        os.environ.setdefault(key, "0")
+    for key in ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        os.environ.setdefault(key, "1")  # NVLink multicast stays off on the device machines
     job, world = mpi_job(), mpi_world()
     if world is None or job is None:
         sys.exit("run under MPI, one rank per GPU: mpirun -n 2 python bench/bench_tp_mlp.py")

@@ -60,7 +60,7 @@ def inputs(world, batch: int, seed: int) -> tuple[list[torch.Tensor], torch.Tens
 
 def allreduce_graph(pk, x, batch: int, layers: int, residual=None, grid=(16, 1, 1)):
     """``layers`` chained all-reduces on ``x`` (the first with ``residual``); returns the outputs."""
-    bd, outs = pk.block_dim, []
+    outs = []
     t = pk.attach_input(x, "x")
     res = pk.attach_input(residual, "res") if residual is not None else None
     for i in range(layers):

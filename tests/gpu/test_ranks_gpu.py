@@ -34,7 +34,8 @@ class TestTwo(SceneTestCase):
 
     def generate_args(self, params):
         r, w = params["rank"], params["world_size"]
-        return {"input": torch.randn(w, 8, 4096, dtype=torch.bfloat16)[r].clone(), "output": Out(torch.empty(8, 4096, dtype=torch.bfloat16))}
+        x = torch.randn(w, 8, 4096, dtype=torch.bfloat16)[r].clone()
+        return {"input": x, "output": Out(torch.empty(8, 4096, dtype=torch.bfloat16))}
 
     def build(self, pk, t, params):
         assert params["rank"] != params["fail"], f"rank {params['rank']} refuses"
