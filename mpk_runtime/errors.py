@@ -78,11 +78,13 @@ class KernelError(MpkError, RuntimeError):
 class RankError(MpkError, RuntimeError):
     """Another rank of a multi-rank kernel failed or stopped responding, or the ranks disagree.
 
-    ``ranks`` lists the ranks concerned (those that did not answer, for a timeout)."""
+    ``ranks`` lists the ranks concerned (those that did not answer, for a timeout); ``failures``
+    what the ranks that said they failed said."""
 
-    def __init__(self, message: str, ranks: list[int] | None = None):
+    def __init__(self, message: str, ranks: list[int] | None = None, failures: dict[int, str] | None = None):
         super().__init__(message)
         self.ranks = list(ranks or [])
+        self.failures = dict(failures or {})
 
 
 class WatchdogError(KernelError):

@@ -6,12 +6,12 @@ Two ways, chosen by the item (items.py):
   CPU emulator (``mpk_runtime.run_emulated_ranks``); compile-only, each rank's kernel is built.
 - ``run_this_rank``: this process is one rank of an MPI job of N processes (``mpirun -n N pytest``,
   or the job the plugin started itself, launcher.py), each with its own GPU. Every rank runs the
-  same items in the same order; within a case the ranks meet at three points (built, compiled,
-  outcome) through keyed, timed messages (mpk_runtime's MPI channel), so a rank that failed makes
-  the others skip what would wait for it, and one that hangs makes them fail with its number once
-  the timeout passes. A rank that stopped responding fails every later multi-rank case at once,
-  and the session ends by aborting the MPI job (the plugin's pytest_unconfigure), so that no rank
-  process is left behind.
+  same items in the same order; within a case the ranks meet at four points (built, compiled, ran,
+  outcome) through keyed, timed messages (mpk_runtime's MPI channel). A rank that fails says so at
+  once, which ends the others' waits (also inside compile()) and makes them skip what would wait
+  for it; one that hangs makes them fail with its number once the timeout passes. A rank that
+  stopped responding fails every later multi-rank case at once, and the session ends by aborting
+  the MPI job (the plugin's pytest_unconfigure), so that no rank process is left behind.
 
 ``generate_args`` runs with the same seed on every rank, so each rank can regenerate every other
 rank's inputs for the golden, and only outcomes travel between the processes.
@@ -188,9 +188,12 @@ def run_this_rank(
                 fn()
             except Exception as e:  # noqa: BLE001 - every failure must reach the other ranks
                 failure = _describe(e)
+                world.fail(failure)
         try:
             statuses = world.exchange(what, failure, wait)
         except mpk.RankError as e:
+            if e.failures:  # they said they failed: their outcome tells the rest
+                return False
             _stopped.append(f"rank(s) {', '.join(map(str, e.ranks))} stopped responding in {key}")
             for q in e.ranks:
                 peer_failures[q] = f"did not reach {what!r} within {wait:g} s: failed or stopped responding"
@@ -203,9 +206,12 @@ def run_this_rank(
         rk = _Rank(scene, p, seed, device)
         rk.build(scene, p, _init(scene, p, setup, rank, size))
 
-    def run() -> None:
+    def compile() -> None:
         assert rk is not None
         rk.pk.compile(output_dir=setup.artifacts)
+
+    def run() -> None:
+        assert rk is not None
         if setup.backend != devices.GPU:
             return
         rk.pk()
@@ -219,7 +225,7 @@ def run_this_rank(
             raise AssertionError(text)
 
     try:
-        if step("built", prepare):
+        if step("built", prepare) and step("compiled", compile):
             step("ran", run)
     finally:
         if rk is not None and rk.pk is not None:
@@ -229,7 +235,7 @@ def run_this_rank(
                 setup.notes.append(f"rank {rank} finalize: {e}")
     if not _stopped:
         try:
-            outcomes = world.exchange("outcome", failure, wait)
+            outcomes = world.exchange("outcome", failure, wait, abandon=False)
             peer_failures.update({q: s for q, s in enumerate(outcomes) if s and q != rank})
         except mpk.RankError as e:
             _stopped.append(f"rank(s) {', '.join(map(str, e.ranks))} stopped responding in {key}")

@@ -2,10 +2,11 @@
 they exchange on the host (communication heap handles at compile(), the test harness's outcomes).
 
 Under ``mpirun`` every rank imports mpi4py; nothing else is needed. Messages are point-to-point and
-keyed, never MPI collectives: a rank that failed or hangs makes its peers' exchange time out with a
-RankError naming it, instead of leaving a collective that can never complete. The key of an exchange
-is the channel's context (set by the harness per test item, so that a message left over from an item
-a rank abandoned is never taken for one of the next) and a count of the exchanges in that context.
+keyed, never MPI collectives: a rank that hangs makes its peers' exchange time out with a RankError
+naming it, and a rank that fails says so (``fail``), which ends its peers' waits at once, instead of
+leaving a collective that can never complete. The key of an exchange is the channel's context (set
+by the harness per test item, so that a message left over from an item a rank abandoned is never
+taken for one of the next), its purpose, and how many exchanges of that purpose the context has had.
 """
 
 from __future__ import annotations
@@ -50,28 +51,32 @@ class MpiWorld:
         self.rank: int = self.comm.Get_rank()
         self.size: int = self.comm.Get_size()
         self.context = ""
-        self._count = 0
+        self._counts: dict[str, int] = {}
         self._mailbox: dict[tuple[int, str], Any] = {}
         self._sending: list[Any] = []
 
     def set_context(self, context: str) -> None:
         """Start a new context (a test item): exchanges are counted from 0 again."""
-        self.context, self._count = context, 0
+        self.context, self._counts = context, {}
 
-    def exchange(self, purpose: str, payload: Any, timeout: float) -> list[Any]:
+    def exchange(self, purpose: str, payload: Any, timeout: float, abandon: bool = True) -> list[Any]:
         """Every rank's ``payload`` for this exchange, by rank. RankError naming the ranks whose
-        payload did not arrive within ``timeout`` seconds."""
-        key = f"{self.context}|{self._count}|{purpose}"
-        self._count += 1
-        data = pickle.dumps((key, payload))
-        for q in range(self.size):
-            if q != self.rank:
-                self._sending.append(self.comm.isend(data, dest=q, tag=_TAG))
+        payload did not arrive within ``timeout`` seconds (0: send, and take only what is there), or,
+        with ``abandon``, as soon as a rank it waits for has said it failed in this context."""
+        n = self._counts.get(purpose, 0)
+        self._counts[purpose] = n + 1
+        key = f"{self.context}|{purpose}#{n}"
+        self._send(key, payload)
         want = [q for q in range(self.size) if q != self.rank]
         deadline = time.monotonic() + timeout
         while any((q, key) not in self._mailbox for q in want):
-            if not self._receive() and time.monotonic() > deadline:
-                missing = [q for q in want if (q, key) not in self._mailbox]
+            missing = [q for q in want if (q, key) not in self._mailbox]
+            failed = {q: self._mailbox[(q, self._failed_key)] for q in missing if (q, self._failed_key) in self._mailbox}
+            if abandon and failed:
+                raise RankError(
+                    f"rank {self.rank}: {'; '.join(f'rank {q} failed: {t}' for q, t in failed.items())}", list(failed), failed
+                )
+            if not self._receive() and time.monotonic() >= deadline:
                 raise RankError(
                     f"rank {self.rank}: rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not "
                     f"reach {purpose!r} within {timeout:g} s (failed or stopped responding)",
@@ -79,6 +84,20 @@ class MpiWorld:
                 )
         self._sending = [r for r in self._sending if not r.Test()]
         return [payload if q == self.rank else self._mailbox.pop((q, key)) for q in range(self.size)]
+
+    def fail(self, text: str) -> None:
+        """Tell every other rank that this one failed in the current context (it ends their waits)."""
+        self._send(self._failed_key, text)
+
+    @property
+    def _failed_key(self) -> str:
+        return f"{self.context}|failed"
+
+    def _send(self, key: str, payload: Any) -> None:
+        data = pickle.dumps((key, payload))
+        for q in range(self.size):
+            if q != self.rank:
+                self._sending.append(self.comm.isend(data, dest=q, tag=_TAG))
 
     def _receive(self) -> bool:
         status = self._mpi.Status()

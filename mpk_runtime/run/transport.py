@@ -167,10 +167,12 @@ class PeerHeap:
 
     def close(self, synchronize: bool = True) -> None:
         """Unmap the peers' heaps and free this rank's, once every rank is done with it (a bounded wait:
-        a rank that does not come is one that failed, and no longer writes here)."""
-        if self.world is not None and synchronize:
+        a rank that does not come is one that failed, and no longer writes here). Without
+        ``synchronize`` (a failed compile) it only tells the others, so that their waits end."""
+        if self.world is not None:
             try:
-                self.world.exchange("releasing the communication heaps (finalize)", None, self.timeout)
+                purpose = "releasing the communication heaps (finalize)"
+                self.world.exchange(purpose, None, self.timeout if synchronize else 0, abandon=False)
             except RankError:
                 pass
         for p in self._opened:
