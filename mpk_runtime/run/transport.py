@@ -166,21 +166,24 @@ class PeerHeap:
         return peers
 
     def close(self, synchronize: bool = True) -> None:
-        """Unmap the peers' heaps and free this rank's, once every rank is done with it (a bounded wait:
-        a rank that does not come is one that failed, and no longer writes here). Without
-        ``synchronize`` (a failed compile) it only tells the others, so that their waits end."""
-        if self.world is not None:
-            try:
-                purpose = "releasing the communication heaps (finalize)"
-                self.world.exchange(purpose, None, self.timeout if synchronize else 0, abandon=False)
-            except RankError:
-                pass
+        """Unmap the peers' heaps once every rank's kernel is done, and free this rank's once every
+        rank has unmapped it (bounded waits: a rank that does not come is one that failed, and no longer
+        uses the heaps). Without ``synchronize`` (a failed compile) it only tells the others."""
+        self._meet("the kernels are done (finalize)", synchronize)
         for p in self._opened:
             self._call("mpk_comm_release", self.device.index, p, 0)
         self._opened = []
+        self._meet("the heaps are unmapped (finalize)", synchronize)
         if self.ptr:
             self._call("mpk_comm_release", self.device.index, self.ptr, 1)
             self.ptr = 0
+
+    def _meet(self, purpose: str, wait: bool) -> None:
+        if self.world is not None:
+            try:
+                self.world.exchange(purpose, None, self.timeout if wait else 0, abandon=False)
+            except RankError:
+                pass
 
     def _call(self, fn: str, *args: object) -> None:
         err = C.create_string_buffer(_ERR)
