@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from mpk_runtime.harness import mpi_job
-
-pytestmark = [pytest.mark.mpk_gpus(2)]
+from pytest_mpk import devices
 
 SCENE = """
 import time
@@ -54,6 +53,8 @@ def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pyt
         pytest.skip("starts its own MPI job: run it outside mpirun")
     if shutil.which("mpirun") is None:
         pytest.skip("needs mpirun")
+    if len(devices.session_gpus()) < 2:  # the session's GPUs: under xdist this worker sees only its own
+        pytest.skip(f"needs 2 GPUs, {len(devices.session_gpus())} in the session")
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.run(
         sys.executable,
