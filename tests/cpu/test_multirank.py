@@ -198,3 +198,45 @@ def test_more_than_one_rank_on_the_gpu_needs_mpi(monkeypatch):
         bootstrap.require_world(2, 0)
     with pytest.raises(mpk.ConfigError, match=r"world_size=64 is more than the 32 ranks"):
         kernel_params.parse({"world_size": 64})
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_allgather_puts_every_rank_side_by_side_with_global_indices(world):
+    kernels, outs, parts = [], [], []
+    for r in range(world):
+        pk = rank_kernel(r, world, batch=4, hidden=64)
+        idx = torch.arange(4 * 8, dtype=torch.int64).reshape(4, 8) + 100 * r
+        val = torch.randn(4, 8)
+        all_idx = torch.zeros(4, 8 * world, dtype=torch.int64)
+        all_val = torch.zeros(4, 8 * world)
+        args = [(idx, all_idx, torch.int64, 1000), (val, all_val, torch.float32, 0)]
+        for i, (x, out, dtype, offset) in enumerate(args):
+            buf = pk.new_comm_tensor((2, world, 4, 8), dtype, f"buf{i}")
+            pk.allgather_layer(
+                pk.attach_input(x, f"x{i}"),
+                buf,
+                pk.attach_input(out, f"o{i}"),
+                grid_dim=(1, 2, 1),
+                block_dim=pk.block_dim,
+                rank_offset=offset,
+            )
+        pk.compile()
+        kernels.append(pk)
+        outs.append((all_idx, all_val))
+        parts.append((idx, val))
+    mpk.run_emulated_ranks(kernels, seed=5)
+    gather = references.find("allgather")
+    for r in range(world):
+        assert torch.equal(outs[r][0], gather([p[0] for p in parts], 1000))
+        assert torch.equal(outs[r][1], gather([p[1] for p in parts]))
+
+
+def test_allgather_offsets_only_integers():
+    pk = rank_kernel(0, 2, emulate=False)
+    x = pk.attach_input(torch.zeros(4, 8), "x")
+    out = pk.attach_input(torch.zeros(4, 16), "out")
+    buf = pk.new_comm_tensor((2, 2, 4, 8), torch.float32, "buf")
+    with pytest.raises(mpk.DTypeError, match="rank_offset applies to integer tensors"):
+        pk.allgather_layer(x, buf, out, grid_dim=(1, 1, 1), block_dim=pk.block_dim, rank_offset=8)
+    with pytest.raises(mpk.ShapeError, match=r"output must be fp32 of shape \(4, 16\)"):
+        pk.allgather_layer(x, buf, x, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
