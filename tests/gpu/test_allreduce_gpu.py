@@ -38,7 +38,8 @@ def make(world):
     def build(**overrides) -> mpk.PersistentKernel:
         params = mpk.PersistentKernel.get_default_init_parameters()
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
-        params.update(test_mode=True, num_workers=workers, num_local_schedulers=schedulers, comm_timeout=60, **overrides)
+        params.update(test_mode=True, num_workers=workers, num_local_schedulers=schedulers, comm_timeout=60)
+        params.update(overrides)
         pk = mpk.PersistentKernel(**params)
         made.append(pk)
         return pk
