@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import timing  # noqa: E402
 
 H = 4096
-CHAIN = 33
+CHAIN = 17
 GRIDS = {1: [(8, 1, 1), (16, 1, 1), (32, 1, 1)], 8: [(16, 1, 1), (32, 1, 1), (64, 1, 1)]}
-GRIDS[64] = [(32, 2, 1), (32, 4, 1), (64, 2, 1)]
-GRIDS[256] = [(32, 4, 1), (64, 4, 1), (64, 8, 1)]
+GRIDS[64] = [(16, 4, 1), (32, 2, 1), (32, 4, 1)]
+GRIDS[256] = [(32, 4, 1), (64, 2, 1), (64, 4, 1)]
 allreduce = find_reference("allreduce")
 
 
