@@ -39,18 +39,25 @@ from .errors import (
     MpkError,
     NameConflictError,
     ProfileError,
+    RankError,
     ShapeError,
     StateError,
     WatchdogError,
 )
 
 if TYPE_CHECKING:
+    from .frontend.comm import run_emulated_ranks
     from .frontend.kernel import PersistentKernel
     from .graph.tensors import DTensor
     from .run.gpu import get_configurations_from_gpu
 
 # Imported on first use: tools such as mpk-profile need none of torch.
-_LAZY = {"PersistentKernel": ".frontend.kernel", "DTensor": ".graph.tensors", "get_configurations_from_gpu": ".run.gpu"}
+_LAZY = {
+    "PersistentKernel": ".frontend.kernel",
+    "DTensor": ".graph.tensors",
+    "get_configurations_from_gpu": ".run.gpu",
+    "run_emulated_ranks": ".frontend.comm",
+}
 
 
 def __getattr__(name: str):
@@ -77,8 +84,10 @@ __all__ = [
     "NameConflictError",
     "PersistentKernel",
     "ProfileError",
+    "RankError",
     "ShapeError",
     "StateError",
     "WatchdogError",
     "get_configurations_from_gpu",
+    "run_emulated_ranks",
 ]

@@ -7,7 +7,7 @@ and the loader compares them with this file, so the two sides can never drift si
 
 from __future__ import annotations
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 MAX_INPUTS = 7  # tensor slices per task descriptor
 MAX_OUTPUTS = 3
@@ -16,6 +16,8 @@ MAX_SCHEDULERS = 32
 MAX_GRID = 65535  # grid indices travel as uint16 in the descriptor
 
 NO_EVENT = 0xFFFFFFFF
+NO_RANK = 0xFFFFFFFF  # MpkWorkerStatus::peer of a wait that is not for another rank
+MAX_RANKS = 32  # ranks of one kernel: one lane of a warp watches each (runtime/comm.cuh)
 
 STATUS_OK = 0
 STATUS_RUNNING = 1
@@ -53,6 +55,7 @@ CHECKED = {
     "MPK_MAX_OUTPUTS": MAX_OUTPUTS,
     "MPK_MAX_SCHEDULERS": MAX_SCHEDULERS,
     "MPK_NO_EVENT": NO_EVENT,
+    "MPK_NO_RANK": NO_RANK,
     "MPK_STATUS_OK": STATUS_OK,
     "MPK_STATUS_RUNNING": STATUS_RUNNING,
     "MPK_STATUS_WATCHDOG": STATUS_WATCHDOG,

@@ -75,6 +75,18 @@ class KernelError(MpkError, RuntimeError):
     """The persistent kernel stopped with an error reported by the device."""
 
 
+class RankError(MpkError, RuntimeError):
+    """Another rank of a multi-rank kernel failed or stopped responding, or the ranks disagree.
+
+    ``ranks`` lists the ranks concerned (those that did not answer, for a timeout); ``failures``
+    what the ranks that said they failed said."""
+
+    def __init__(self, message: str, ranks: list[int] | None = None, failures: dict[int, str] | None = None):
+        super().__init__(message)
+        self.ranks = list(ranks or [])
+        self.failures = dict(failures or {})
+
+
 class WatchdogError(KernelError):
     """The device watchdog stopped a kernel in which nothing progressed for too long.
 

@@ -8,6 +8,8 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     read_compile_output(d, r)  a compile output directory, checked (for replays)
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
+    mpi_job()                  (world size, rank, local rank) when started by mpirun, without starting MPI
+    mpi_world()                the ranks' keyed message channel (MPI started), None outside an MPI job
 """
 
 from __future__ import annotations
@@ -52,4 +54,26 @@ def draw_swimlane(csv: str | Path, png: str | Path, title: str) -> None:
     draw(read_csv(csv), str(png), title)
 
 
-__all__ = ["ARCH_NAMES", "PORTABLE_ARCHS", "draw_swimlane", "find_reference", "native_arch", "read_compile_output", "torch_dtype"]
+def mpi_job() -> tuple[int, int, int] | None:
+    from .run.bootstrap import launched
+
+    return launched()
+
+
+def mpi_world() -> Any:
+    from .run.bootstrap import world
+
+    return world()
+
+
+__all__ = [
+    "ARCH_NAMES",
+    "PORTABLE_ARCHS",
+    "draw_swimlane",
+    "find_reference",
+    "mpi_job",
+    "mpi_world",
+    "native_arch",
+    "read_compile_output",
+    "torch_dtype",
+]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 BACKENDS = ("auto", "gpu", "emulate", "compile-only")
+SESSION_GPUS_ENV = "MPK_SESSION_GPUS"  # the session's GPUs, kept by an xdist worker pinned to one of them
 # What the report says ran a case.
 GPU, EMULATED, COMPILED = "gpu", "emulated+compiled", "compiled"
 
@@ -35,8 +37,34 @@ def pin_worker(worker_id: str) -> str | None:
     if not gpus or not worker_id.startswith("gw"):
         return None
     gpu = gpus[int(worker_id[2:]) % len(gpus)]
+    os.environ.setdefault(SESSION_GPUS_ENV, ",".join(gpus))  # for the multi-rank jobs it starts (launcher.py)
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     return gpu
+
+
+def session_gpus() -> list[str]:
+    """Every GPU of the test session, also in an xdist worker pinned to one of them."""
+    kept = os.environ.get(SESSION_GPUS_ENV)
+    return [g for g in kept.split(",") if g] if kept is not None else visible_gpus()
+
+
+def pin_rank(local_rank: int) -> None:
+    """A rank of an MPI job: make GPU (local rank mod visible GPUs) current before anything else uses
+    CUDA. Every GPU stays visible, so the rank can map its peers' memory."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+
+def quiet_rank(log: Path) -> None:
+    """A rank other than 0 of an MPI job: its terminal output goes to ``log`` (rank 0 reports every
+    rank's outcomes), so that the ranks' reports do not interleave."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for stream in (1, 2):
+        os.dup2(fd, stream)
+    os.close(fd)
 
 
 def local_arch() -> str | None:

@@ -29,6 +29,17 @@ class SceneClass(pytest.Collector):
             marks = klass.__dict__.get("pytestmark", [])
             self.own_markers.extend(marks if isinstance(marks, list) else [marks])
 
+    @property
+    def world_size(self) -> int:
+        """Ranks of the scene: ``@scene_test(world_size=...)``, else the marker ``mpk_world_size(n)``, else 1."""
+        marker = self.get_closest_marker("mpk_world_size")
+        n = scene_info(self.cls).world_size
+        if n == 1 and marker is not None:
+            n = marker.args[0] if marker.args else marker.kwargs.get("n", 1)
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 32:
+                raise self.CollectError(f"{self.cls.__qualname__}: mpk_world_size({n!r}) needs a number of ranks in [1, 32]")
+        return n
+
     def collect(self) -> list[pytest.Item]:
         from .session import SESSION_KEY
 
@@ -73,6 +84,8 @@ class SceneClass(pytest.Collector):
             if missing:
                 raise self.CollectError(f"{where}: Case {c.name!r} lacks {', '.join(map(repr, missing))}")
         sample = cases[0].params if cases else None
+        if sample is not None and self.world_size > 1:
+            sample = {**sample, "rank": 0, "world_size": self.world_size}
         if sample is not None:
             self._check_outputs_and_golden(scene, sample)
         return keys
@@ -102,6 +115,11 @@ class SceneClass(pytest.Collector):
             raise self.CollectError(
                 f"{where}: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
                 f"output, e.g. 'output': Out(torch.empty(...))"
+            )
+        if getattr(scene, "compute_golden", None) is None and self.world_size > 1:
+            raise self.CollectError(
+                f"{where}: runs on {self.world_size} ranks, so it needs compute_golden(self, args, params), where "
+                f"args.ranks[r] holds rank r's arguments"
             )
         if getattr(scene, "compute_golden", None) is None:
             try:
@@ -137,6 +155,7 @@ class _SceneItem(pytest.Item):
             repro=mpk.repro(self),
             replay=mpk.replay,
             profile=mpk.profile,
+            rank_timeout=mpk.rank_timeout,
         )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:
@@ -146,9 +165,15 @@ class _SceneItem(pytest.Item):
         mpk = self.config.stash[SESSION_KEY]
         setup = self._setup(mpk)
         mpk.guard_gpu(self, setup.backend)
-        if (BACKEND_PROPERTY, setup.backend) not in self.user_properties:  # it runs: the summary counts it
+        world_size = self.scene_class.world_size
+        if world_size == 1 and (BACKEND_PROPERTY, setup.backend) not in self.user_properties:  # it runs: counted
             self.user_properties.append((BACKEND_PROPERTY, setup.backend))
         try:
+            if world_size > 1:
+                from .rank_items import run_ranks
+
+                run_ranks(self, params, case, setup, world_size)
+                return
             run_case(
                 self.scene_class.cls(),
                 self.scene_class.layer,

@@ -90,6 +90,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Seconds without progress before the device watchdog stops a kernel (default 5)",
     )
     group.addoption(
+        "--mpk-rank-timeout",
+        dest="mpk_rank_timeout",
+        metavar="SECONDS",
+        type=_positive_float,
+        help="Seconds a rank of a multi-rank case waits for the others at each meeting point (default: hang timeout + 60)",
+    )
+    group.addoption(
         "--mpk-replay",
         dest="mpk_replay",
         metavar="DIR",
@@ -119,16 +126,40 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from mpk_runtime.harness import mpi_job  # reads the launcher's environment only
+
     workerinput = getattr(config, "workerinput", None)
+    job = mpi_job()
     if workerinput is not None:
         devices.pin_worker(workerinput["workerid"])  # before anything can initialise CUDA
+    elif job is not None and job[0] > 1:
+        devices.pin_rank(job[2])  # one GPU per rank, every GPU visible (peers map each other's memory)
     config.addinivalue_line("markers", "mpk_arch(*archs): run this test only for these archs (sm80, sm90, sm100)")
     config.addinivalue_line("markers", "mpk_gpus(n): this test needs n GPUs; skipped with fewer")
     config.addinivalue_line("markers", "mpk_slow: a slow test (deselect with -m 'not mpk_slow')")
     config.addinivalue_line("markers", "mpk_params(**params): PersistentKernel init parameters for the pk fixture")
+    config.addinivalue_line("markers", "mpk_world_size(n): a scene class that runs on n ranks, one GPU each")
     mpk = MpkSession(config)
     config.stash[SESSION_KEY] = mpk
     config.pluginmanager.register(mpk, "mpk-session")
+    if job is not None and job[1] > 0 and workerinput is None:
+        devices.quiet_rank(mpk.artifacts_dir / f"rank{job[1]}.log")  # rank 0 reports for every rank
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A rank that stopped responding is still in the MPI job: end the job, after the report."""
+    import sys
+
+    ranks = sys.modules.get("pytest_mpk.ranks")
+    why = ranks.must_abort() if ranks is not None else None
+    if why is not None:
+        from mpk_runtime.harness import mpi_world
+
+        sys.stderr.write(f"\nmpk: {why}; aborting the MPI job so that no rank is left behind\n")
+        sys.stderr.flush()
+        world = mpi_world()
+        if world is not None:
+            world.abort(1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own answer (the CPU count), which would win otherwise

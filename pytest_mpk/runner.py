@@ -34,6 +34,7 @@ class Setup:
     repro: str  # the command line that reruns this item
     replay: Path | None = None  # --mpk-replay: a compile output directory to run instead of build()
     profile: bool = False  # --mpk-profile: record a trace (gpu backend only)
+    rank_timeout: float | None = None  # --mpk-rank-timeout: a multi-rank case's wait for the other ranks
     notes: list[str] = field(default_factory=list)  # lines for the item's report
 
 
@@ -82,6 +83,12 @@ def golden(
         fn = harness.find_reference(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
         result = fn(**ins)
+    return as_outputs(result, outputs)
+
+
+def as_outputs(result: Any, outputs: list[str]) -> dict[str, Any]:
+    """A golden in any of its forms (a dict by output name, a tuple in output order, one tensor) as
+    a dict by output name."""
     if isinstance(result, dict):
         missing = [o for o in outputs if o not in result]
         if missing:
@@ -100,7 +107,8 @@ def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
     """Init parameters of a test-mode kernel for ``arch`` on ``backend``: this GPU's workers and
     schedulers, or a few emulated workers; the plugin's scene cases and its ``pk`` fixture share them."""
     init = mpk.PersistentKernel.get_default_init_parameters()
-    init.update(test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout)
+    # One rank: under mpirun the defaults would be the job's (multi-rank cases set their own).
+    init.update(test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout, world_size=1, mpi_rank=0)
     if backend == devices.GPU:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
@@ -194,23 +202,7 @@ def run_case(
             outs,
             {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
-        scene_compare = getattr(scene, "compare", None)
-        if scene_compare is not None:
-            scene_compare(actual, expected, case)
-        else:
-            errors = []
-            for name in outs:
-                rtol, atol = case.tolerance_for(name) if case else (None, None)
-                want = expected[name]
-                try:
-                    if isinstance(want, Expected):
-                        compare.check_expected(name, actual[name], want, before[name], rtol, atol)
-                    else:
-                        compare.check(name, actual[name], want, rtol, atol)
-                except compare.MismatchError as e:
-                    errors.append(str(e))
-            if errors:
-                raise compare.MismatchError("\n".join(errors))
+        compare_outputs(scene, case, outs, actual, expected, before)
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         raise SceneFailure(_failure_text(e, setup, params, saved)) from None
@@ -222,6 +214,27 @@ def run_case(
                 setup.notes.append(f"finalize: {e}")
     if clear and not setup.keep_artifacts:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def compare_outputs(scene: SceneTestCase, case: Case | None, outs: list[str], actual: dict, expected: dict, before: dict) -> None:
+    """The scene's ``compare``, else every output against its golden; MismatchError with every report."""
+    scene_compare = getattr(scene, "compare", None)
+    if scene_compare is not None:
+        scene_compare(actual, expected, case)
+        return
+    errors = []
+    for name in outs:
+        rtol, atol = case.tolerance_for(name) if case else (None, None)
+        want = expected[name]
+        try:
+            if isinstance(want, Expected):
+                compare.check_expected(name, actual[name], want, before[name], rtol, atol)
+            else:
+                compare.check(name, actual[name], want, rtol, atol)
+        except compare.MismatchError as e:
+            errors.append(str(e))
+    if errors:
+        raise compare.MismatchError("\n".join(errors))
 
 
 def _holds_replay(setup: Setup) -> bool:

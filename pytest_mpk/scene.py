@@ -99,21 +99,36 @@ class Case:
         return self.tolerances.get(output, (self.rtol, self.atol))
 
 
+class PerRank:
+    """What a multi-rank scene's ``compute_golden`` returns when the ranks' outputs differ: one golden
+    per rank (``values[r]`` for rank r), each in any form a one-rank golden may take."""
+
+    def __init__(self, values: Any):
+        self.values = list(values)
+
+    def __repr__(self) -> str:
+        return f"PerRank({len(self.values)} ranks)"
+
+
 @dataclass(frozen=True)
 class SceneInfo:
     layer: str
+    world_size: int = 1
 
 
-def scene_test(layer: str):
+def scene_test(layer: str, world_size: int = 1):
     """Class decorator: a SceneTestCase subclass whose cases the plugin turns into pytest items.
-    ``layer`` names the layer, which is where the default golden comes from."""
+    ``layer`` names the layer, which is where the default golden comes from. ``world_size`` > 1: the
+    scene runs on that many ranks (one GPU each), see SceneTestCase."""
     if not isinstance(layer, str) or not layer.isidentifier():
         raise ValueError(f"scene_test(layer={layer!r}): layer must name a layer, e.g. 'rmsnorm'")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or not 1 <= world_size <= 32:
+        raise ValueError(f"scene_test(world_size={world_size!r}): the number of ranks, an integer in [1, 32]")
 
     def mark(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, SceneTestCase)):
             raise TypeError(f"@scene_test decorates SceneTestCase subclasses, not {cls!r}")
-        setattr(cls, _SCENE_ATTR, SceneInfo(layer))
+        setattr(cls, _SCENE_ATTR, SceneInfo(layer, world_size))
         return cls
 
     return mark
@@ -125,7 +140,15 @@ def scene_info(obj: Any) -> SceneInfo | None:
 
 class SceneTestCase:
     """Base class of scene tests. Override ``generate_args`` and ``build``; optionally
-    ``kernel_params``, ``compute_golden`` and ``compare``."""
+    ``kernel_params``, ``compute_golden`` and ``compare``.
+
+    A multi-rank scene (``@scene_test(..., world_size=N)`` or the marker ``mpk_world_size(N)``) runs
+    on N ranks: ``generate_args`` and ``build`` run once per rank with ``params["rank"]`` and
+    ``params["world_size"]``, with the same seed on every rank (so generate full tensors and take
+    the rank's part: replicated inputs then agree). It must define ``compute_golden(args, params)``:
+    ``args.ranks[r].<name>`` holds rank r's arguments (``args.ranks[r].meta`` its meta tensors),
+    ``args.world_size`` the rank count; it returns one golden for every rank, or ``PerRank([...])``.
+    Every rank's outputs are compared, and a failure says which rank differed."""
 
     CASES: list[Case] = []
     SWEEP: dict[str, Any] = {}

@@ -29,6 +29,7 @@ class MpkSession:
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
         self.keep_artifacts: bool = opt.mpk_keep_artifacts
         self.hang_timeout: float = opt.mpk_hang_timeout or float(config.getini("mpk_hang_timeout") or 5.0)
+        self.rank_timeout: float | None = opt.mpk_rank_timeout
         self.replay: Path | None = Path(opt.mpk_replay).resolve() if opt.mpk_replay else None
         self.profile: bool = opt.mpk_profile
         self.backends: Counter[str] = Counter()
@@ -63,6 +64,8 @@ class MpkSession:
         opt = self.config.option
         if opt.mpk_hang_timeout:
             parts += ["--mpk-hang-timeout", str(opt.mpk_hang_timeout)]
+        if opt.mpk_rank_timeout:
+            parts += ["--mpk-rank-timeout", str(opt.mpk_rank_timeout)]
         if opt.mpk_artifacts_dir:
             parts += ["--mpk-artifacts-dir", str(self.artifacts_dir)]
         return " ".join(shlex.quote(p) for p in parts)

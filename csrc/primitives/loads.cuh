@@ -16,6 +16,17 @@ __device__ __forceinline__ uint4 ld_stream_16(void const *p) {
   return v;
 }
 
+// 16-byte load cached in L2 only (.cg, p 16-byte aligned): for data another GPU stored into this
+// GPU's memory (peer stores land in its L2), so that no line this SM cached earlier in L1 can answer.
+__device__ __forceinline__ uint4 ld_cg_16(void const *p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");  // never hoisted above the barrier that follows the signals' acquire
+  return v;
+}
+
 // Plain 16-byte load (p 16-byte aligned).
 __device__ __forceinline__ uint4 ld_16(void const *p) { return *reinterpret_cast<uint4 const *>(p); }
 

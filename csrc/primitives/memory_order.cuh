@@ -1,6 +1,8 @@
 // Memory-order primitives: the acquire / release / relaxed accesses to global memory that order
-// task execution across SMs (event counters, the controller's `go` word, progress counters). All
-// are gpu scope (every thread of the device, not the host) and use the PTX memory model's names;
+// task execution across SMs (event counters, the controller's `go` word, progress counters). Most
+// are gpu scope (every thread of the device, not the host); the _sys ones are system scope, for the
+// signals that ranks on other GPUs of the host store into this GPU's memory (peer memory over
+// NVLink, runtime/comm.cuh). All use the PTX memory model's names;
 // a plain C++ access carries no ordering and is never used for these words. One small function
 // per instruction, so the hot path stays auditable and each can gain a host version.
 #pragma once
@@ -61,5 +63,25 @@ __device__ __forceinline__ void red_add_relaxed_gpu(unsigned long long *p, unsig
 __device__ __forceinline__ void red_add_release_gpu(unsigned long long *p, unsigned long long v) {
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+
+// Acquire load, system scope: as ld_acquire_gpu, and it also synchronizes with a release by a thread
+// of another GPU (or the host) whose write it reads, e.g. a peer rank's signal stored over NVLink.
+__device__ __forceinline__ unsigned long long ld_acquire_sys(unsigned long long const *p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Relaxed store, system scope: atomic and coherent for every GPU of the system (p may be another GPU's
+// memory, mapped as peer memory) but orders nothing by itself; after fence_acq_rel_sys() it releases.
+__device__ __forceinline__ void st_relaxed_sys(unsigned long long *p, unsigned long long v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Acquire-release fence, system scope: as fence_acq_rel_gpu, for observers on every GPU of the
+// system: this thread's earlier accesses (and, after a __syncthreads, the CTA's), stores into peer
+// memory included, are ordered before its later ones; followed by relaxed system-scope writes it is a
+// release that synchronizes with a system-scope acquire load reading them, on any GPU.
+__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 }  // namespace mpk

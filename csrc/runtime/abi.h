@@ -5,10 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 1
+#define MPK_ABI_VERSION 2
 #define MPK_MAX_INPUTS 7
 #define MPK_MAX_OUTPUTS 3
 #define MPK_NO_EVENT 0xffffffffu
+#define MPK_NO_RANK 0xffffffffu
 #define MPK_MAX_SCHEDULERS 32
 
 // MpkTaskDesc::flags
@@ -120,7 +121,21 @@ enum {
 typedef struct MpkWorkerStatus {
   uint32_t task;       // task waiting for its event, or MPK_NO_EVENT when not waiting
   uint32_t launch_id;
+  uint32_t peer;       // in a wait for other ranks (runtime/comm.cuh): the first rank missing; else MPK_NO_RANK
+  uint32_t reserved;
 } MpkWorkerStatus;
+
+// The ranks of one host (a process and a GPU each), for cross-rank tasks such as the all-reduce.
+// Every rank has a heap of device memory with the same layout (mpk_runtime/run/transport.py), which
+// every other rank maps as peer memory: a task reaches a peer's copy of an address in its own heap at
+// the same offset in the peer's heap. All zero when the graph has no cross-rank task.
+typedef struct MpkComm {
+  char *heap;                   // this rank's heap
+  char *const *peers;           // [world_size] device array: every rank's heap as mapped here
+  unsigned long long *signals;  // in this rank's heap: [task * world_size + q], written by rank q only
+  uint32_t rank;
+  uint32_t world_size;
+} MpkComm;
 
 enum {
   MPK_STATUS_RUNNING = 1,
@@ -163,4 +178,5 @@ typedef struct MpkKernelParams {
   MpkMeta meta;
   MpkBatchConfig batch;
   MpkBatchState state;
+  MpkComm comm;
 } MpkKernelParams;

@@ -113,7 +113,10 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkControl, go); MPK_FIELD(MpkControl, abort); MPK_FIELD(MpkControl, task_error_value);
   MPK_FIELD(MpkControl, scheduler_progress);
   MPK_STRUCT(MpkWorkerStatus);
-  MPK_FIELD(MpkWorkerStatus, task); MPK_FIELD(MpkWorkerStatus, launch_id);
+  MPK_FIELD(MpkWorkerStatus, task); MPK_FIELD(MpkWorkerStatus, launch_id); MPK_FIELD(MpkWorkerStatus, peer);
+  MPK_STRUCT(MpkComm);
+  MPK_FIELD(MpkComm, heap); MPK_FIELD(MpkComm, peers); MPK_FIELD(MpkComm, signals); MPK_FIELD(MpkComm, rank);
+  MPK_FIELD(MpkComm, world_size);
   MPK_STRUCT(MpkStatus);
   MPK_FIELD(MpkStatus, code); MPK_FIELD(MpkStatus, iterations); MPK_FIELD(MpkStatus, idle_ns);
   MPK_FIELD(MpkStatus, detail);
@@ -122,10 +125,10 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkKernelParams, status); MPK_FIELD(MpkKernelParams, profiler_buffer);
   MPK_FIELD(MpkKernelParams, launch_id); MPK_FIELD(MpkKernelParams, end_trigger_count);
   MPK_FIELD(MpkKernelParams, watchdog_timeout_ns); MPK_FIELD(MpkKernelParams, meta);
-  MPK_FIELD(MpkKernelParams, batch); MPK_FIELD(MpkKernelParams, state);
+  MPK_FIELD(MpkKernelParams, batch); MPK_FIELD(MpkKernelParams, state); MPK_FIELD(MpkKernelParams, comm);
   n += snprintf(buf + n, len > n ? len - n : 0, ";Constants=0");
   MPK_CONSTANT(MPK_ABI_VERSION); MPK_CONSTANT(MPK_MAX_INPUTS); MPK_CONSTANT(MPK_MAX_OUTPUTS);
-  MPK_CONSTANT(MPK_MAX_SCHEDULERS); MPK_CONSTANT(MPK_NO_EVENT);
+  MPK_CONSTANT(MPK_MAX_SCHEDULERS); MPK_CONSTANT(MPK_NO_EVENT); MPK_CONSTANT(MPK_NO_RANK);
   MPK_CONSTANT(MPK_STATUS_OK); MPK_CONSTANT(MPK_STATUS_RUNNING); MPK_CONSTANT(MPK_STATUS_WATCHDOG);
   MPK_CONSTANT(MPK_STATUS_PAGES_EXHAUSTED); MPK_CONSTANT(MPK_STATUS_SKIPPED); MPK_CONSTANT(MPK_STATUS_TASK_ERROR);
   MPK_CONSTANT(MPK_TASK_ERROR_INDEX);

@@ -22,3 +22,4 @@ __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __g
 }  // namespace mpk
 
 #include "runtime/host.cuh"
+#include "runtime/peer_memory.cuh"

@@ -46,6 +46,12 @@ struct Runtime {
   MpkControl *control;
   uint32_t launch_id;
   uint32_t iteration;  // within this launch
+  // For cross-rank tasks (runtime/comm.cuh): the iteration counted over every launch of the kernel
+  // (the same on every rank), the worker's status slot (for the watchdog's record) and the ranks'
+  // heaps. A task body launched alone (task_body.cuh) has neither status nor heaps.
+  unsigned long long absolute_iteration = 0;
+  MpkWorkerStatus *status = nullptr;
+  MpkComm const *comm = nullptr;
 
   // Report that this task cannot compute its outputs (e.g. MPK_TASK_ERROR_INDEX and the bad index).
   // The first report of a launch wins; at the end of the iteration the controller stops the launch

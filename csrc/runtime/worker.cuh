@@ -52,6 +52,7 @@ __device__ __forceinline__ bool wait_event(MpkKernelParams const &p, uint32_t wo
     if (++spins % kSpinsPerCheck == 0) {
       if (spins == kSpinsPerCheck) {  // a long wait: say what we wait for, for the watchdog report
         p.worker_status[worker].launch_id = p.launch_id;
+        p.worker_status[worker].peer = MPK_NO_RANK;  // a local event, not another rank
         st_relaxed_gpu(&p.worker_status[worker].task, d.task_id);
       }
       if (aborted(p)) return false;
@@ -107,7 +108,7 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
     if (threadIdx.x == 0) go_on = detail::wait_go(p, iter);
     __syncthreads();
     if (!go_on) return;
-    Runtime const rt{p.meta, p.batch, p.control, p.launch_id, iter};
+    Runtime const rt{p.meta, p.batch, p.control, p.launch_id, iter, base + iter, &p.worker_status[worker], &p.comm};
     uint32_t buf = 0;
     for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
       cp_async_wait_all();

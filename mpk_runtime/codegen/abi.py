@@ -99,7 +99,20 @@ class MpkControl(C.Structure):
 
 
 class MpkWorkerStatus(C.Structure):
-    _fields_ = [("task", C.c_uint32), ("launch_id", C.c_uint32)]
+    _fields_ = [("task", C.c_uint32), ("launch_id", C.c_uint32), ("peer", C.c_uint32), ("reserved", C.c_uint32)]
+
+
+WORKER_STATUS_WORDS = C.sizeof(MpkWorkerStatus) // 4  # int32 columns of the host's worker_status tensor
+
+
+class MpkComm(C.Structure):
+    _fields_ = [
+        ("heap", C.c_void_p),
+        ("peers", C.c_void_p),
+        ("signals", C.c_void_p),
+        ("rank", C.c_uint32),
+        ("world_size", C.c_uint32),
+    ]
 
 
 class MpkStatus(C.Structure):
@@ -128,6 +141,7 @@ class MpkKernelParams(C.Structure):
         ("meta", MpkMeta),
         ("batch", MpkBatchConfig),
         ("state", MpkBatchState),
+        ("comm", MpkComm),
     ]
 
 
@@ -137,6 +151,7 @@ _STRUCTS = {
     "MpkBatchState": MpkBatchState,
     "MpkControl": MpkControl,
     "MpkWorkerStatus": MpkWorkerStatus,
+    "MpkComm": MpkComm,
     "MpkStatus": MpkStatus,
     "MpkKernelParams": MpkKernelParams,
 }

@@ -5,7 +5,6 @@ emulator). Every layer method (``pk.<task>_layer``) is generated from the task r
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ from ..run.device_graph import LaunchConfig
 from ..run.emulator import EmulatedKernel
 from ..run.launcher import Module
 from ..run.lifecycle import GpuKernel
+from ..run.multirank import RankEmulatedKernel
 from ..tasks.spec import TaskSpec
-from . import meta, params
+from . import comm, meta, params
 from .layers import add_layer, bind_layer_methods
 from .lowering import check_attachable, lower
 
@@ -33,18 +33,21 @@ class PersistentKernel:
 
     @classmethod
     def get_default_init_parameters(cls) -> dict[str, Any]:
-        """Safe defaults for every init parameter (``test_mode`` is not among them: set it)."""
-        return copy.deepcopy(params.DEFAULTS)
+        """Safe defaults for every init parameter (``test_mode`` is not among them: set it). Under
+        mpirun (with mpi4py), world_size and mpi_rank are MPI.COMM_WORLD's size and rank."""
+        return params.defaults()
 
     def __init__(self, **init_params: Any):
         p = params.parse(init_params)
         self._p = p
+        if p.world_size > 1 and not (p.compile_only or p.emulate):
+            gpu.select_rank_device(p.mpi_rank)
         self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
         self._profiler = params.check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
         self._compiled: CompiledGraph | None = None
-        self._runner: GpuKernel | EmulatedKernel | None = None  # where launches run (None: compile-only)
+        self._runner: GpuKernel | EmulatedKernel | RankEmulatedKernel | None = None  # where launches run
         self._profile_pending = False  # a profiled launch whose trace synchronize() will write
         self._replay: artifacts.CompileOutput | None = None  # what from_artifacts read
         self._finalized = False
@@ -82,6 +85,16 @@ class PersistentKernel:
         return self._arch.name
 
     @property
+    def world_size(self) -> int:
+        """The ranks (one process and GPU each) that run this graph together."""
+        return self._p.world_size
+
+    @property
+    def rank(self) -> int:
+        """This kernel's rank (``mpi_rank``)."""
+        return self._p.mpi_rank
+
+    @property
     def block_dim(self) -> tuple[int, int, int]:
         """The block_dim every layer call must pass: (worker threads, 1, 1)."""
         return (self._arch.worker_threads, 1, 1)
@@ -116,6 +129,13 @@ class PersistentKernel:
         self._check_open("new_tensor")
         return self._graph.add_intermediate(dims, dtype, name, self.device)
 
+    def new_comm_tensor(self, dims: tuple[int, ...], dtype: torch.dtype, name: str) -> DTensor:
+        """A tensor the other ranks can reach (e.g. an all-reduce's buffer), owned by the runtime: on
+        the GPU it lies in the communication heap that compile() allocates and maps into every rank,
+        so its data (``pk.tensor(name)``) exists from compile() on. Every rank must declare the same."""
+        self._check_open("new_comm_tensor")
+        return self._graph.add_comm(dims, dtype, name, self._p.world_size)
+
     def shuffle_tensors(self, inputs: list[DTensor], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
         """A new tensor interleaving ``inputs`` in ``num_groups`` groups along ``shuffled_dim``:
         [in0_0, in1_0, ..., in0_1, in1_1, ...] (e.g. a gate / up weight for linear + silu_mul). It
@@ -125,7 +145,10 @@ class PersistentKernel:
 
     def tensor(self, name: str) -> torch.Tensor:
         """The torch tensor behind an attached or intermediate tensor."""
-        return self._graph.data(name)
+        data = self._graph.data(name)
+        if data.device.type == "meta" and self._graph.tensors[name].kind == "comm" and self._compiled is None:
+            raise StateError(f"tensor({name!r}): a communication tensor's memory is allocated by compile(); call it first")
+        return data
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         return {name: t.data for name, t in self._graph.tensors.items()}
@@ -153,13 +176,30 @@ class PersistentKernel:
             overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
             self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
         batch = meta.batch_config(p, self.meta_tensors)
-        if self.backend == "gpu":
-            launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
-            self._runner = GpuKernel(
-                module, graph, self._tensors(), self.meta_tensors, launch, batch, self.device, self.block_dim[0], self._profiler
-            )
-        elif self.backend == "emulated":
-            self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
+        heap = comm.bind(self._graph, graph, p, self.backend, module, self.device)
+        try:
+            if self.backend == "gpu":
+                launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
+                self._runner = GpuKernel(
+                    module,
+                    graph,
+                    self._tensors(),
+                    self.meta_tensors,
+                    launch,
+                    batch,
+                    self.device,
+                    self.block_dim[0],
+                    self._profiler,
+                    heap,
+                )
+            elif self.backend == "emulated" and p.world_size > 1:
+                self._runner = RankEmulatedKernel(graph, self._tensors(), self.meta_tensors, batch, p.mpi_rank, p.world_size)
+            elif self.backend == "emulated":
+                self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
+        except BaseException:
+            if heap is not None:
+                heap.close(synchronize=False)
+            raise
         self._compiled = graph  # compiled: only now, so a failed compile leaves nothing half-set
 
     def __call__(self, default_stream: torch.cuda.Stream | None = None) -> None:
@@ -230,7 +270,7 @@ class PersistentKernel:
             return
         self._finalized = True
         if self._runner is not None:
-            self._runner.free()
+            self._runner.free()  # a GpuKernel also releases the communication heap
 
     def _check_open(self, what: str) -> None:
         if self._finalized:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,9 +10,10 @@ from typing import Any
 import torch
 
 from ..archs import TARGET_CCS, TARGET_CCS_TEXT
-from ..contract import MAX_SCHEDULERS
+from ..contract import MAX_RANKS, MAX_SCHEDULERS
 from ..errors import ConfigError
 from ..graph.schedule import POLICIES
+from ..run import bootstrap
 
 DEFAULTS: dict[str, Any] = {
     "mode": "offline",
@@ -38,6 +40,7 @@ OPTIONAL: dict[str, Any] = {
     "emulate": False,  # run on the CPU emulator (nvcc still builds the module for target_cc)
     "watchdog_timeout": 5.0,  # seconds without progress before the device watchdog stops a launch
     "placement": "locality",
+    "comm_timeout": 120.0,  # seconds compile() and finalize() wait for the other ranks' messages
 }
 
 MODES = ("offline",)
@@ -63,6 +66,7 @@ class KernelParams:
     emulate: bool
     watchdog_timeout: float
     placement: str
+    comm_timeout: float
     meta_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     profiler_tensor: torch.Tensor | None = None
 
@@ -73,8 +77,18 @@ def _positive_int(name: str, v: Any, limit: int = 2**31 - 1) -> int:
     return v
 
 
+def defaults() -> dict[str, Any]:
+    """DEFAULTS, with world_size and mpi_rank from MPI.COMM_WORLD when this process was started by
+    mpirun (with mpi4py importable)."""
+    d = copy.deepcopy(DEFAULTS)
+    launched = bootstrap.launched()
+    if launched is not None:
+        d["world_size"], d["mpi_rank"], _ = launched
+    return d
+
+
 def parse(params: dict[str, Any]) -> KernelParams:
-    known = {**DEFAULTS, **OPTIONAL}
+    known = {**defaults(), **OPTIONAL}
     for key in params:
         if key not in known:
             near = difflib.get_close_matches(key, known, n=1)
@@ -114,6 +128,11 @@ def parse(params: dict[str, Any]) -> KernelParams:
     t = p["watchdog_timeout"]
     if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
         raise ConfigError(f"watchdog_timeout={t!r} must be a number of seconds in (0, 3600]")
+    ct = p["comm_timeout"]
+    if not isinstance(ct, (int, float)) or isinstance(ct, bool) or not 0 < ct <= 86400:
+        raise ConfigError(f"comm_timeout={ct!r} must be a number of seconds in (0, 86400]")
+    if p["world_size"] > MAX_RANKS:
+        raise ConfigError(f"world_size={p['world_size']} is more than the {MAX_RANKS} ranks the runtime supports")
     if p["placement"] not in POLICIES:
         raise ConfigError(f"placement={p['placement']!r} must be one of {', '.join(POLICIES)}")
     if not isinstance(p["meta_tensors"], dict):
@@ -140,6 +159,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         emulate=p["emulate"],
         watchdog_timeout=float(t),
         placement=p["placement"],
+        comm_timeout=float(ct),
         meta_tensors=dict(p["meta_tensors"]),
         profiler_tensor=p["profiler_tensor"],
     )

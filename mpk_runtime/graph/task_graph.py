@@ -74,9 +74,16 @@ class TaskGraph:
         return t
 
     def add_intermediate(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
-        if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise GraphError(f"new_tensor {name!r}: dims={dims!r} must be positive integers")
+        _check_dims(dims, name, "new_tensor")
         return self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device=device), name, "intermediate")
+
+    def add_comm(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, world_size: int) -> DTensor:
+        """A tensor in the communication heap (see run/transport.py): a placeholder until compile()
+        allocates the heap, where the other ranks can reach it."""
+        _check_dims(dims, name, "new_comm_tensor")
+        t = self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device="meta"), name, "comm")
+        t.comm_world_size = world_size
+        return t
 
     def data(self, name: str) -> torch.Tensor:
         try:
@@ -151,6 +158,11 @@ class TaskGraph:
             for p in t.deps:
                 out[p].append(t.id)
         return out
+
+
+def _check_dims(dims: object, name: str, what: str) -> None:
+    if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise GraphError(f"{what} {name!r}: dims={dims!r} must be positive integers")
 
 
 def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg]) -> None:

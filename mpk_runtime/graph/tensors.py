@@ -17,8 +17,11 @@ class DTensor:
     def __init__(self, name: str, data: torch.Tensor, kind: str, graph_id: int, index: int):
         self.name = name
         self.data = data
-        self.kind = kind  # "attached", "intermediate" or "derived" (computed from attached tensors, e.g. shuffled)
+        # "attached", "intermediate", "derived" (computed from attached tensors, e.g. shuffled) or "comm"
+        # (in the communication heap the other ranks map; its memory exists from compile() on)
+        self.kind = kind
         self.derived_from: dict | None = None
+        self.comm_world_size: int | None = None  # a comm tensor: the ranks that share its heap
         self.shape = tuple(data.shape)
         self.dtype = dtypes.lookup(data.dtype)
         self.strides = tuple(data.stride())

@@ -39,6 +39,7 @@ class DeviceGraph:
         batch: BatchConfig,
         device: torch.device,
         profiler: torch.Tensor | None = None,
+        comm: abi.MpkComm | None = None,
     ):
         self.device = device
         queues, events = graph.schedule.queues, graph.schedule.events
@@ -64,7 +65,9 @@ class DeviceGraph:
         self.triggers = dev([e - (1 << 32) if e >= 1 << 31 else e for e in extra] or [0], torch.int32)
         self.event_counters = torch.zeros(max(1, len(events)), dtype=torch.int64, device=device)
         self.worker_progress = torch.zeros(launch.num_workers, dtype=torch.int64, device=device)
-        self.worker_status = torch.full((launch.num_workers, 2), U32_ALL_ONES, dtype=torch.int32, device=device)
+        self.worker_status = torch.full(
+            (launch.num_workers, abi.WORKER_STATUS_WORDS), U32_ALL_ONES, dtype=torch.int32, device=device
+        )
         self.control = torch.zeros(ctypes.sizeof(abi.MpkControl) // 8, dtype=torch.int64, device=device)
 
         requests = batch.total_num_requests
@@ -98,6 +101,7 @@ class DeviceGraph:
             meta=abi.meta_struct(meta),
             batch=abi.batch_struct(batch),
             state=abi.MpkBatchState(**{k: v.data_ptr() for k, v in self.state.items()}),
+            comm=comm if comm is not None else abi.MpkComm(),
         )
 
     def reset(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -40,17 +41,31 @@ class ScheduleView:
 
 
 def watchdog_record(
-    view: ScheduleView, iteration: int, lid: int, worker_status: torch.Tensor, worker_progress: torch.Tensor
+    view: ScheduleView,
+    iteration: int,
+    lid: int,
+    worker_status: torch.Tensor,
+    worker_progress: torch.Tensor,
+    last_signal: Callable[[int, int], int] | None = None,
 ) -> list[dict]:
-    """For every worker stuck in a wait: the task, its event, and which producers had not finished."""
+    """For every worker stuck in a wait: the task, and the event and the producers that had not
+    finished, or, in a cross-rank task, the rank whose signal is missing (``last_signal(task, rank)``:
+    the epoch of that rank's last signal to the task, when the heap can be read)."""
     status = worker_status.cpu().tolist()
     progress = worker_progress.cpu().tolist()
     queue_pos = {t: i for q in view.queues for i, t in enumerate(q)}
     done_in_iteration = [progress[w] - iteration * len(q) for w, q in enumerate(view.queues)]
-    record = []
-    for w, (task, lid_w) in enumerate(status):
-        task &= 0xFFFFFFFF
-        if task == contract.NO_EVENT or (lid_w & 0xFFFFFFFF) != lid or task >= len(view.labels):
+    record: list[dict] = []
+    for w, row in enumerate(status):
+        task, lid_w = row[0] & 0xFFFFFFFF, row[1] & 0xFFFFFFFF
+        if task == contract.NO_EVENT or lid_w != lid or task >= len(view.labels):
+            continue
+        peer = row[2] & 0xFFFFFFFF if len(row) > 2 else contract.NO_RANK
+        if peer != contract.NO_RANK:
+            entry = {"worker": w, "task": task, "label": view.labels[task], "rank": peer}
+            if last_signal is not None:
+                entry["last_signal"] = last_signal(task, peer)
+            record.append(entry)
             continue
         event = view.wait_event[task]
         producers = view.producers[event]
@@ -82,6 +97,9 @@ def format_watchdog(record: list[dict], iteration: int, idle_ns: int | None = No
     if not record:
         lines.append("  no worker was waiting on an event: a task body did not finish (or never started).")
     for r in record:
+        if "rank" in r:
+            lines.append(_peer_line(r))
+            continue
         miss = ", ".join(f"task {m['task']} {m['label']} (worker {m['worker']})" for m in r["missing"][:6])
         more = f" and {len(r['missing']) - 6} more" if len(r["missing"]) > 6 else ""
         why = (
@@ -94,6 +112,18 @@ def format_watchdog(record: list[dict], iteration: int, idle_ns: int | None = No
             f"{r['finished']} of {r['producers']} producers finished{why}"
         )
     return "\n".join(lines)
+
+
+def _peer_line(r: dict) -> str:
+    line = f"  worker {r['worker']} waits in task {r['task']} {r['label']} for rank {r['rank']}, whose part of it has not come"
+    if "last_signal" in r:
+        last = r["last_signal"]
+        line += (
+            f" (rank {r['rank']} has sent this task nothing since the kernel was built: it has not reached it, or not launched)"
+            if last == 0
+            else f" (the last rank {r['rank']} sent is for iteration {last - 1}, counting every launch of this kernel)"
+        )
+    return line
 
 
 def task_error_message(graph: CompiledGraph, task: int, code: int, value: int) -> str:

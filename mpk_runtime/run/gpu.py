@@ -7,6 +7,7 @@ import torch
 
 from .. import archs
 from ..errors import ConfigError, DeviceError
+from . import bootstrap
 
 NUM_SCHEDULERS = 4
 
@@ -54,6 +55,17 @@ def check_target_runs(target_cc: int, index: int) -> None:
             f"target_cc={target_cc} builds sm_{target_cc}a code, which cannot run on GPU {index} ({name}, "
             f"target {native.cc}); use target_cc={native.cc} or 80 here, or compile_only=True to only build"
         )
+
+
+def select_rank_device(rank: int) -> None:
+    """One GPU per rank: make GPU (local rank mod visible GPUs) current, unless this process has used
+    CUDA already (then its current device is the caller's choice, e.g. torch.cuda.set_device)."""
+    require_gpu("a PersistentKernel with world_size > 1")
+    if torch.cuda.is_initialized():
+        return
+    launched = bootstrap.launched()
+    local = launched[2] if launched is not None else rank
+    torch.cuda.set_device(local % torch.cuda.device_count())
 
 
 def device_and_arch(target_cc: int | None, on_cpu: bool) -> tuple[torch.device, archs.Arch]:

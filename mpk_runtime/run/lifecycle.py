@@ -19,6 +19,7 @@ from . import diagnostics
 from .batching import BatchConfig
 from .device_graph import DeviceGraph, LaunchConfig
 from .launcher import Module
+from .transport import PeerHeap
 
 
 def grid_size(num_workers: int, num_schedulers: int, worker_threads: int) -> int:
@@ -51,11 +52,15 @@ class GpuKernel:
         device: torch.device,
         worker_threads: int,
         profiler: torch.Tensor | None = None,
+        heap: PeerHeap | None = None,
     ):
         check_co_residency(module, device.index, launch, worker_threads)
         self.module, self.graph, self.launch_config, self.device = module, graph, launch, device
+        self.heap = heap  # released by free(), after the last launch
         self.grid = grid_size(launch.num_workers, launch.num_schedulers, worker_threads)
-        self.device_graph = DeviceGraph(graph, tensors, meta, launch, batch, device, profiler)
+        comm = heap.struct() if heap is not None else None
+        self.device_graph = DeviceGraph(graph, tensors, meta, launch, batch, device, profiler, comm)
+        self.stopped: str | None = None  # with several ranks: why no launch can run any more
         self.handle: int | None = module.create(device.index)  # None once freed
         self.launches = 0
         torch.cuda.synchronize(device)  # uploads complete before any stream launches
@@ -67,6 +72,8 @@ class GpuKernel:
 
     def launch(self, stream: torch.cuda.Stream | None) -> None:
         self.harvest(timeout_ms=0)
+        if self.stopped is not None:
+            raise KernelError(self.stopped)
         stream = stream if stream is not None else torch.cuda.current_stream(self.device)
         self.module.launch(self._live(), self.device_graph.params, self.grid, stream.cuda_stream)
         self.launches += 1
@@ -98,6 +105,12 @@ class GpuKernel:
         self.module.take_error(self._live())  # the skipped launches' status: reported by exc already
         self.device_graph.reset()
         torch.cuda.synchronize(self.device)
+        if self.heap is not None and self.heap.world_size > 1:
+            # The other ranks' signals count launches this rank no longer agrees with: no launch can meet them.
+            self.stopped = (
+                f"rank {self.heap.rank}: an earlier launch stopped half-way ({type(exc).__name__}); the ranks' "
+                f"all-reduce signals are out of step now: build new kernels on every rank"
+            )
         raise exc
 
     def _task_error_message(self, st) -> str:
@@ -115,8 +128,12 @@ class GpuKernel:
             diagnostics.launch_id(launch_index),
             dg.worker_status,
             dg.worker_progress,
+            self.heap.last_signal if self.heap is not None else None,
         )
-        return diagnostics.format_watchdog(record, st.iterations, st.idle_ns, self.launch_config.watchdog_timeout), record
+        message = diagnostics.format_watchdog(record, st.iterations, st.idle_ns, self.launch_config.watchdog_timeout)
+        if self.heap is not None and self.heap.world_size > 1:
+            message = f"rank {self.heap.rank} of {self.heap.world_size}: {message}"
+        return message, record
 
     def free(self) -> None:
         """Free the device resources, once every launch has finished (waiting up to the watchdog's
@@ -130,6 +147,8 @@ class GpuKernel:
             pending = e
         if not self.module.destroy(self.handle, 0):
             pending = KernelError("finalize(): a launch is still running; its resources were left allocated")
+        elif self.heap is not None:
+            self.heap.close()
         self.handle = None
         self.device_graph = None  # type: ignore[assignment]
         if pending is not None:

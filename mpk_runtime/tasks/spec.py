@@ -24,6 +24,12 @@ class EmulationContext:
     meta: dict[str, Any]
     batch: Any
     iteration: int
+    # Cross-rank tasks (TaskSpec.cross_rank), emulated with their peers (run/multirank.py): this rank,
+    # the number of ranks and, per rank, the same task's argument views there (whole tensors for
+    # arguments a task picks its part of, such as a communication buffer).
+    rank: int = 0
+    world_size: int = 1
+    peers: list[dict[str, Any]] | None = None
 
 
 class TaskFailure(Exception):
@@ -57,6 +63,9 @@ class TaskSpec:
     smem_function: ClassVar[str | None] = None
     reference: ClassVar[str | None] = None  # function in reference/<name>/pytorch_reference.py
     doc: ClassVar[str] = ""
+    # A task that exchanges data with the same task on the other ranks (e.g. the all-reduce): the
+    # multi-rank emulator runs it as emulate_send, a wait for every rank's send, then emulate.
+    cross_rank: ClassVar[bool] = False
 
     opcode: int = 0  # assigned by the registry
 
@@ -104,6 +113,12 @@ class TaskSpec:
             result = {next(iter(outputs)): result}
         for name, out in outputs.items():
             out.copy_(result[name])
+
+    def emulate_send(
+        self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
+        """A cross-rank task's first half: deliver this rank's part to its peers (``ctx.peers``), as
+        the device body does before it signals them. Only cross-rank tasks have one."""
 
     # -- derived -----------------------------------------------------------------------------
     @property

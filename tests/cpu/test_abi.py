@@ -107,7 +107,7 @@ def test_unknown_struct_is_reported(layout):
 
 
 def test_unknown_field_is_reported(layout):
-    tampered = layout.replace("MpkWorkerStatus=8 ", "MpkWorkerStatus=8 ghost:4 ")
+    tampered = layout.replace("MpkWorkerStatus=16 ", "MpkWorkerStatus=16 ghost:4 ")
     assert tampered != layout
     with pytest.raises(BuildError, match=r"MpkWorkerStatus layout differs .*ghost at 4 != None"):
         abi.check_layout(tampered, "m.so")

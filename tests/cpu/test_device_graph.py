@@ -134,7 +134,7 @@ def test_kernel_parameters(device_graph):
     assert (kp.num_tasks, kp.num_events, kp.num_workers) == (5, 3, 2)
     assert kp.end_trigger_count == 2 and kp.watchdog_timeout_ns == 2_500_000_000
     assert kp.tasks == dg.tasks.data_ptr() and kp.queue_offsets == dg.queue_offsets.data_ptr()
-    assert dg.event_counters.tolist() == [0, 0, 0] and dg.worker_status.tolist() == [[-1, -1], [-1, -1]]
+    assert dg.event_counters.tolist() == [0, 0, 0] and dg.worker_status.tolist() == [[-1] * 4, [-1] * 4]
 
 
 def test_set_wait_count_rewrites_one_descriptor(device_graph):

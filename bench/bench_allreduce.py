@@ -1,0 +1,156 @@
+"""All-reduce of a (B, 4096) bf16 tensor across the GPUs of one host: inside the persistent kernel,
+next to NCCL (torch.distributed.all_reduce) eager and replayed from a CUDA graph, in the same run.
+
+    mpirun -n 2 python bench/bench_allreduce.py     # any world size; rank 0 prints and writes $OUT/bench_allreduce.json
+
+- mpk: one test-mode launch runs a chain of n all-reduces, each on the previous one's output; the time
+  of one all-reduce is (T(n) - T(1)) / (n - 1), which removes the launch's fixed cost. Every rank
+  launches back to back, and the ranks' kernels meet at every all-reduce. Several grids are tried per
+  batch (they share one module per grid) and the fastest is reported, with the others in the JSON.
+- NCCL: all_reduce of the same tensor in place, eager, and from a CUDA graph of 10 calls (per call).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import mpk_runtime as mpk
+from mpk_runtime.harness import find_reference, mpi_job, mpi_world
+
+sys.path.insert(0, str(Path(__file__).parent))
+import timing  # noqa: E402
+
+H = 4096
+CHAIN = 17
+GRIDS = {1: [(8, 1, 1), (16, 1, 1), (32, 1, 1)], 8: [(16, 1, 1), (32, 1, 1), (64, 1, 1)]}
+GRIDS[64] = [(16, 4, 1), (32, 2, 1), (32, 4, 1)]
+GRIDS[256] = [(32, 4, 1), (64, 2, 1), (64, 4, 1)]
+allreduce = find_reference("allreduce")
+
+
+def kernel(world, batch: int, grid: tuple[int, int, int], n: int, x: torch.Tensor):
+    params = mpk.PersistentKernel.get_default_init_parameters()
+    workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
+    params.update(
+        test_mode=True,
+        num_workers=workers,
+        num_local_schedulers=schedulers,
+        max_num_batched_tokens=batch,
+        max_seq_length=batch,
+        max_num_pages=batch,
+        comm_timeout=120,
+    )
+    pk = mpk.PersistentKernel(**params)
+    t, outs = pk.attach_input(x, "x"), []
+    for i in range(n):
+        out = torch.empty(batch, H, dtype=torch.bfloat16, device="cuda")
+        o = pk.attach_input(out, f"out{i}")
+        pk.allreduce_layer(
+            t, pk.new_comm_tensor((2, world.size, batch, H), torch.bfloat16, f"buf{i}"), o, grid_dim=grid, block_dim=pk.block_dim
+        )
+        outs.append(out)
+        t = o
+    pk.compile()
+    return pk, outs
+
+
+def mpk_us(world, batch: int, grid: tuple[int, int, int], xs: list[torch.Tensor]) -> float:
+    x = xs[world.rank].cuda()
+    times = {}
+    for n in (1, CHAIN):
+        pk, outs = kernel(world, batch, grid, n, x)
+        world.exchange(f"start b{batch} {grid} n{n}", None, 300)
+        times[n] = timing.time_us(pk, reps=50, warmup=5)
+        pk.synchronize(timeout=60)
+        want = allreduce(xs)
+        assert torch.equal(outs[0].cpu(), want), f"b{batch} {grid}: the first all-reduce differs from the reference"
+        if world.size == 2:  # x + x doubles exactly: every output of the chain is exact
+            assert torch.equal(outs[-1].cpu(), want * 2 ** (n - 1)), f"b{batch} {grid}: the chain's last output differs"
+        pk.finalize()
+    return (times[CHAIN] - times[1]) / (CHAIN - 1)
+
+
+def nccl_us(batch: int) -> tuple[float, float]:
+    x = torch.randn(batch, H, dtype=torch.bfloat16, device="cuda")
+    eager = timing.time_us(lambda: dist.all_reduce(x), reps=200, warmup=20)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(10):
+                dist.all_reduce(x)
+    torch.cuda.synchronize()
+    replay = timing.time_us(graph.replay, reps=50, warmup=5) / 10
+    return eager, replay
+
+
+def main() -> None:
+    for key in ("NCCL_NVLS_ENABLE",):
+        os.environ.setdefault(key, "0")
+    for key in ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        os.environ.setdefault(key, "1")  # NVLink multicast stays off on the device machines
+    job, world = mpi_job(), mpi_world()
+    if world is None or job is None:
+        sys.exit("run under MPI, one rank per GPU: mpirun -n 2 python bench/bench_allreduce.py")
+    torch.cuda.set_device(job[2] % torch.cuda.device_count())
+    if world.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = world.exchange("nccl port", port if world.rank == 0 else None, 120)[0]
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=world.rank,
+        world_size=world.size,
+        device_id=torch.device("cuda", torch.cuda.current_device()),
+    )
+    rows = []
+    for batch, grids in GRIDS.items():
+        g = torch.Generator().manual_seed(batch)
+        xs = list(torch.randn(world.size, batch, H, generator=g).to(torch.bfloat16))
+        by_grid = {str(grid): mpk_us(world, batch, grid, xs) for grid in grids}
+        best = min(by_grid, key=by_grid.__getitem__)
+        world.exchange(f"nccl b{batch}", None, 300)
+        eager, graph = nccl_us(batch)
+        rows.append(
+            {
+                "batch": batch,
+                "bytes": batch * H * 2,
+                "mpk_us": by_grid[best],
+                "mpk_grid": best,
+                "mpk_us_by_grid": by_grid,
+                "nccl_eager_us": eager,
+                "nccl_cuda_graph_us": graph,
+                "nccl_graph_over_mpk": graph / by_grid[best],
+            }
+        )
+    dist.destroy_process_group()
+    if world.rank == 0:
+        facts = timing.device_facts()
+        timing.save(
+            "bench_allreduce",
+            {**facts, "world_size": world.size, "chain": CHAIN, "nccl": str(torch.cuda.nccl.version()), "rows": rows},
+        )
+        print(f"{facts['device']} x {world.size}, {facts['date']}, torch {facts['torch']}, NCCL {torch.cuda.nccl.version()}")
+        print(f"{'B':>4} {'KiB':>6} | {'mpk (grid)':>24} | {'NCCL eager':>10} | {'NCCL graph':>10} | graph/mpk")
+        for r in rows:
+            print(
+                f"{r['batch']:>4} {r['bytes'] / 1024:>6.0f} | {r['mpk_us']:>8.2f} us {r['mpk_grid']:>12} | "
+                f"{r['nccl_eager_us']:>7.1f} us | {r['nccl_cuda_graph_us']:>7.1f} us | {r['nccl_graph_over_mpk']:>5.2f}"
+            )
+        ok = all(r["mpk_us"] < r["nccl_cuda_graph_us"] for r in rows) and all(r["mpk_us"] <= 5.0 for r in rows if r["batch"] <= 8)
+        print(f"goal (faster than NCCL in a CUDA graph at every B, <= 5 us at B <= 8): {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Running a multi-rank scene case (``@scene_test(..., world_size=N)``).
+
+Two ways, chosen by the item (items.py):
+
+- ``run_in_process``: every rank's kernel in this process. Emulated, the ranks run together on the
+  CPU emulator (``mpk_runtime.run_emulated_ranks``); compile-only, each rank's kernel is built.
+- ``run_this_rank``: this process is one rank of an MPI job of N processes (``mpirun -n N pytest``,
+  or the job the plugin started itself, launcher.py), each with its own GPU. Every rank runs the
+  same items in the same order; within a case the ranks meet at four points (built, compiled, ran,
+  outcome) through keyed, timed messages (mpk_runtime's MPI channel). A rank that fails says so at
+  once, which ends the others' waits (also inside compile()) and makes them skip what would wait
+  for it; one that hangs makes them fail with its number once the timeout passes. A rank that
+  stopped responding fails every later multi-rank case at once, and the session ends by aborting
+  the MPI job (the plugin's pytest_unconfigure), so that no rank process is left behind.
+
+``generate_args`` runs with the same seed on every rank, so each rank can regenerate every other
+rank's inputs for the golden, and only outcomes travel between the processes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import mpk_runtime as mpk
+
+from . import devices
+from .compare import poison
+from .runner import SceneFailure, Setup, as_outputs, compare_outputs, generate, kernel_params
+from .scene import Case, InOut, Out, PerRank, SceneTestCase
+
+_stopped: list[str] = []  # why the MPI job cannot go on: a rank stopped responding
+
+
+def must_abort() -> str | None:
+    """Why this process must abort the MPI job at the end of the session, if it must."""
+    return _stopped[0] if _stopped else None
+
+
+def rank_params(params: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    return {**params, "rank": rank, "world_size": world_size}
+
+
+class _Rank:
+    """One rank's arguments, the copies its kernel runs on, and its kernel."""
+
+    def __init__(self, scene: SceneTestCase, params: dict[str, Any], seed: int, device: torch.device):
+        self.args = generate(scene, params, seed)
+        self.outs = [n for n, v in self.args.items() if isinstance(v, Out)]
+        if not self.outs:
+            raise TypeError(f"{type(scene).__name__}.generate_args returned no Out or InOut tensor")
+        self.inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in self.args.items()}
+        self.tensors = {}
+        for name, v in self.args.items():
+            t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+            if isinstance(v, Out) and not isinstance(v, InOut):
+                poison(t)
+            self.tensors[name] = t
+        self.before = {n: self.tensors[n].detach().cpu().clone() for n in self.outs}
+        self.pk: Any = None
+
+    def build(self, scene: SceneTestCase, params: dict[str, Any], init: dict[str, Any]) -> None:
+        self.pk = mpk.PersistentKernel(**init)
+        t = types.SimpleNamespace(**{n: self.pk.attach_input(v, n) for n, v in self.tensors.items()})
+        scene.build(self.pk, t, dict(params))
+
+    def plain_args(self) -> types.SimpleNamespace:
+        ns = types.SimpleNamespace(**self.inputs)
+        if "meta" not in self.inputs:
+            meta = {k: v.detach().cpu().clone() for k, v in self.pk.meta_tensors.items()} if self.pk is not None else {}
+            ns.meta = types.SimpleNamespace(**meta)
+        return ns
+
+
+def _init(scene: SceneTestCase, params: dict[str, Any], setup: Setup, rank: int, world: int) -> dict[str, Any]:
+    init = kernel_params(scene, params, setup)
+    init.update(world_size=world, mpi_rank=rank, comm_timeout=setup.hang_timeout + 60)
+    return init
+
+
+def goldens(scene: SceneTestCase, ranks: list[types.SimpleNamespace], params: dict[str, Any], outs: list[str]) -> list[dict]:
+    """Every rank's golden, from ``compute_golden`` seeing every rank's arguments."""
+    compute = getattr(scene, "compute_golden", None)
+    if compute is None:
+        raise TypeError(f"{type(scene).__name__} runs on {len(ranks)} ranks and must define compute_golden(self, args, params)")
+    result = compute(types.SimpleNamespace(ranks=ranks, world_size=len(ranks)), dict(params))
+    if isinstance(result, PerRank):
+        if len(result.values) != len(ranks):
+            raise TypeError(f"compute_golden returned PerRank of {len(result.values)} values for {len(ranks)} ranks")
+        return [as_outputs(v, outs) for v in result.values]
+    return [as_outputs(result, outs)] * len(ranks)
+
+
+def _check(scene: SceneTestCase, case: Case | None, rk: _Rank, expected: dict) -> str | None:
+    actual = {n: rk.tensors[n].detach().cpu() for n in rk.outs}
+    try:
+        compare_outputs(scene, case, rk.outs, actual, expected, rk.before)
+    except AssertionError as e:
+        return str(e)
+    return None
+
+
+def _failure(
+    failures: dict[int, str], setup: Setup, params: dict[str, Any], world: int, how: str, head: str | None = None
+) -> SceneFailure:
+    lines = ([head] if head else []) + [f"rank {r}: {text}" for r, text in sorted(failures.items())]
+    lines += [
+        f"params: {params}",
+        f"backend: {setup.backend} ({setup.arch}), {world} ranks {how}",
+        f"artifacts: {setup.artifacts}",
+        f"repro: {setup.repro}",
+    ]
+    return SceneFailure("\n".join(lines))
+
+
+def run_in_process(
+    scene: SceneTestCase, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, world: int, mine: int | None = None
+) -> None:
+    """Every rank in this process (emulated or compile-only). ``mine``: compare only that rank's
+    outputs (one rank of an MPI job running emulated: every rank emulates all of them)."""
+    shutil.rmtree(setup.artifacts, ignore_errors=True)
+    setup.artifacts.mkdir(parents=True, exist_ok=True)
+    ranks: list[_Rank] = []
+    failures: dict[int, str] = {}
+    for r in range(world):
+        p = rank_params(params, r, world)
+        try:
+            rk = _Rank(scene, p, seed, torch.device("cpu"))
+            rk.build(scene, p, _init(scene, p, setup, r, world))
+            rk.pk.compile(output_dir=setup.artifacts)
+            ranks.append(rk)
+        except (AssertionError, mpk.MpkError) as e:
+            failures[r] = f"{type(e).__name__}: {e}"
+    if failures:
+        raise _failure(failures, setup, params, world, "in one process")
+    notes = {
+        f"module {'from the cache' if rk.pk.build_result.cached else 'built'}: {rk.pk.build_result.entry.name}" for rk in ranks
+    }
+    setup.notes.extend(sorted(notes))
+    if setup.backend == devices.COMPILED:
+        return
+    try:
+        mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed)
+    except mpk.MpkError as e:
+        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
+    expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+    for r, rk in enumerate(ranks):
+        if mine is None or r == mine:
+            text = _check(scene, case, rk, expected[r])
+            if text:
+                failures[r] = text
+    if failures:
+        for r in failures:
+            _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
+        raise _failure(failures, setup, params, world, "in one process")
+    if not setup.keep_artifacts:
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def run_this_rank(
+    scene: SceneTestCase, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, world: Any, key: str
+) -> None:
+    """This process's rank of the case, meeting the other ranks (see the module docstring)."""
+    if _stopped:
+        raise SceneFailure(f"not run: {_stopped[0]}")
+    world.set_context(key)
+    rank, size = world.rank, world.size
+    wait = setup.rank_timeout or setup.hang_timeout + 60  # a rank may be building a module meanwhile
+    if rank == 0:
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+    setup.artifacts.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda", torch.cuda.current_device()) if setup.backend == devices.GPU else torch.device("cpu")
+    p = rank_params(params, rank, size)
+    rk: _Rank | None = None
+    failure: str | None = None
+    peer_failures: dict[int, str] = {}
+
+    def step(what: str, fn) -> bool:
+        """Run ``fn`` (unless this rank failed already), then meet the others; False once any failed."""
+        nonlocal failure
+        if failure is None:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - every failure must reach the other ranks
+                failure = _describe(e)
+                world.fail(failure)
+        try:
+            statuses = world.exchange(what, failure, wait)
+        except mpk.RankError as e:
+            if e.failures:  # they said they failed: their outcome tells the rest
+                return False
+            _stopped.append(f"rank(s) {', '.join(map(str, e.ranks))} stopped responding in {key}")
+            for q in e.ranks:
+                peer_failures[q] = f"did not reach {what!r} within {wait:g} s: failed or stopped responding"
+            return False
+        peer_failures.update({q: s for q, s in enumerate(statuses) if s and q != rank})
+        return failure is None and not peer_failures
+
+    def prepare() -> None:
+        nonlocal rk
+        rk = _Rank(scene, p, seed, device)
+        rk.build(scene, p, _init(scene, p, setup, rank, size))
+
+    def compile() -> None:
+        assert rk is not None
+        rk.pk.compile(output_dir=setup.artifacts)
+
+    def run() -> None:
+        assert rk is not None
+        if setup.backend != devices.GPU:
+            return
+        rk.pk()
+        rk.pk.synchronize(timeout=setup.hang_timeout + 60)
+        others = [_Rank(scene, rank_params(params, q, size), seed, torch.device("cpu")) for q in range(size) if q != rank]
+        others.insert(rank, rk)
+        expected = goldens(scene, [o.plain_args() for o in others], params, rk.outs)[rank]
+        text = _check(scene, case, rk, expected)
+        if text:
+            _save(setup.artifacts / f"rank{rank}", rk, expected)
+            raise AssertionError(text)
+
+    try:
+        if step("built", prepare) and step("compiled", compile):
+            step("ran", run)
+    finally:
+        if rk is not None and rk.pk is not None:
+            try:
+                rk.pk.finalize()
+            except mpk.MpkError as e:
+                setup.notes.append(f"rank {rank} finalize: {e}")
+    if not _stopped:
+        try:
+            outcomes = world.exchange("outcome", failure, wait, abandon=False)
+            peer_failures.update({q: s for q, s in enumerate(outcomes) if s and q != rank})
+        except mpk.RankError as e:
+            _stopped.append(f"rank(s) {', '.join(map(str, e.ranks))} stopped responding in {key}")
+            peer_failures.update({q: "did not report its outcome: failed or stopped responding" for q in e.ranks})
+    failures = {**peer_failures, **({rank: failure} if failure else {})}
+    if failures:
+        raise _failure(failures, setup, params, size, f"under MPI (this report: rank {rank})")
+    if rank == 0 and not setup.keep_artifacts:
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, (AssertionError, mpk.MpkError)):
+        return f"{type(e).__name__}: {e}" if not isinstance(e, AssertionError) or not str(e) else str(e)
+    frames = traceback.extract_tb(e.__traceback__)[-3:]
+    where = "; ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames)
+    return f"{type(e).__name__}: {e} ({where})"
+
+
+def _save(directory: Path, rk: _Rank, expected: dict) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(rk.inputs, directory / "inputs.pt")
+    torch.save({n: rk.tensors[n].detach().cpu() for n in rk.outs}, directory / "actual.pt")
+    torch.save({n: getattr(v, "value", v) for n, v in expected.items()}, directory / "expected.pt")

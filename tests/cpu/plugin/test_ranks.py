@@ -1,0 +1,130 @@
+"""Multi-rank scenes without a GPU: every rank emulated in one process, each rank's outputs
+compared, and a failure that names the rank (an assert on one rank, a wrong output on one rank)."""
+
+from __future__ import annotations
+
+import pytest
+
+SCENE = '''
+import torch
+from pytest_mpk import Case, Out, PerRank, SceneTestCase, scene_test
+
+
+def total(args):
+    return sum(a.input for a in args.ranks)
+
+
+class SumScene(SceneTestCase):
+    """allreduce over (2, 64) float32: rank r's input is row r of one draw."""
+
+    CASES = [Case("b2", batch=2)]
+
+    def kernel_params(self, params):
+        return {"max_num_batched_tokens": 2, "max_seq_length": 2, "max_num_pages": 2}
+
+    def generate_args(self, params):
+        r, w = params["rank"], params["world_size"]
+        return {"input": torch.randn(w, 2, 64)[r].clone(), "output": Out(torch.empty(2, 64))}
+
+    def build(self, pk, t, params):
+        buf = pk.new_comm_tensor((2, pk.world_size, 2, 64), torch.float32, "buf")
+        pk.allreduce_layer(t.input, buf, t.output, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return total(args)
+'''
+
+
+@pytest.fixture
+def sums(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(sums=SCENE)
+
+
+def test_ranks_run_emulated_in_one_process(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        import pytest
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            pass
+
+        @pytest.mark.mpk_world_size(4)
+        @scene_test(layer="allreduce")
+        class TestFour(SumScene):
+            pass
+    """
+    )
+    result = pytester.runpytest_inprocess("-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*TestTwo::b2[[]sm90[]] PASSED [[]emulated+compiled x2[]]*", "*TestFour::b2*x4*"])
+
+
+def test_an_assert_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def build(self, pk, t, params):
+                assert params["rank"] != 1, "rank 1 is unhappy"
+                super().build(pk, t, params)
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 1: AssertionError: rank 1 is unhappy*",
+            "params: {'batch': 2}",
+            "backend: emulated+compiled (sm90), 2 ranks in one process",
+        ]
+    )
+    result.stdout.no_fnmatch_line("rank 0:*")
+
+
+def test_a_wrong_output_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import PerRank, scene_test
+        from sums import SumScene, total
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def compute_golden(self, args, params):
+                good = total(args)
+                return PerRank([good, {"output": good + 1}])
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["rank 1: output 'output' (float32, shape (2, 64)) differs from the golden*: 128 of 128*"])
+    result.stdout.no_fnmatch_line("rank 0:*")
+    assert (pytester.path / ".mpk-artifacts" / "test_scene.py_TestTwo_b2_sm90" / "rank1" / "actual.pt").is_file()
+
+
+def test_a_multi_rank_scene_needs_its_golden(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            compute_golden = None
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*TestTwo: runs on 2 ranks, so it needs compute_golden(self, args, params)*"])
+
+
+def test_scene_world_size_is_validated() -> None:
+    from pytest_mpk import scene_test
+
+    with pytest.raises(ValueError, match=r"world_size=0.*an integer in \[1, 32\]"):
+        scene_test(layer="allreduce", world_size=0)

@@ -1,0 +1,91 @@
+"""Multi-rank scenes on the GPUs of one host, started by the plugin itself (plain pytest, no
+mpirun on the command line): a passing case, a rank that fails, a rank that hangs; each reported
+by name within the timeouts, and no rank process left behind. Needs 2 GPUs, mpirun and mpi4py; run
+it outside MPI (the plugin starts the ranks):
+
+    python -m pytest tests/gpu/test_ranks_gpu.py -p mpk
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpk_runtime.harness import mpi_job
+from pytest_mpk import devices
+
+SCENE = """
+import time
+import torch
+from pytest_mpk import Case, Out, SceneTestCase, scene_test
+
+
+@scene_test(layer="allreduce", world_size=2)
+class TestTwo(SceneTestCase):
+    CASES = [Case("ok", fail=-1, hang=-1), Case("fails_on_1", fail=1, hang=-1), Case("hangs_on_1", fail=-1, hang=1)]
+
+    def kernel_params(self, params):
+        return {"max_num_batched_tokens": 8, "max_seq_length": 8, "max_num_pages": 8}
+
+    def generate_args(self, params):
+        r, w = params["rank"], params["world_size"]
+        x = torch.randn(w, 8, 4096, dtype=torch.bfloat16)[r].clone()
+        return {"input": x, "output": Out(torch.empty(8, 4096, dtype=torch.bfloat16))}
+
+    def build(self, pk, t, params):
+        assert params["rank"] != params["fail"], f"rank {params['rank']} refuses"
+        if params["rank"] == params["hang"]:
+            time.sleep(3600)
+        buf = pk.new_comm_tensor((2, pk.world_size, 8, 4096), torch.bfloat16, "buf")
+        pk.allreduce_layer(t.input, buf, t.output, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return (args.ranks[0].input.float() + args.ranks[1].input.float()).to(torch.bfloat16)
+"""
+
+
+def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pytester) -> None:
+    if mpi_job() is not None:
+        pytest.skip("starts its own MPI job: run it outside mpirun")
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs mpirun")
+    if len(devices.session_gpus()) < 2:  # the session's GPUs: under xdist this worker sees only its own
+        pytest.skip(f"needs 2 GPUs, {len(devices.session_gpus())} in the session")
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "test_scene.py",
+        "-p",
+        "mpk",
+        "-p",
+        "no:cacheprovider",
+        "--mpk-hang-timeout",
+        "2",
+        "--mpk-rank-timeout",
+        "20",
+        "-rA",
+        timeout=500,
+    )
+    result.stdout.fnmatch_lines_random(
+        [
+            "*PASSED*TestTwo::ok*",
+            "rank 1: rank 1 refuses",
+            "rank 1: did not reach 'built' within 20 s: failed or stopped responding",
+            "backend: gpu (sm90), 2 ranks under MPI (this report: rank 0)",
+            "*2 failed, 1 passed*",
+        ]
+    )
+    leftover = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int(d.name) != os.getpid() and Path(os.readlink(d / "cwd")) == pytester.path:
+                leftover.append(int(d.name))
+        except OSError:
+            continue
+    assert leftover == []
