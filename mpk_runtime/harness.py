@@ -8,6 +8,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     read_compile_output(d, r)  a compile output directory, checked (for replays)
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
+    first_batch_meta(params)   the meta tensors of the first iteration, from init parameters (the model)
 """
 
 from __future__ import annotations
@@ -52,4 +53,31 @@ def draw_swimlane(csv: str | Path, png: str | Path, title: str) -> None:
     draw(read_csv(csv), str(png), title)
 
 
-__all__ = ["ARCH_NAMES", "PORTABLE_ARCHS", "draw_swimlane", "find_reference", "native_arch", "read_compile_output", "torch_dtype"]
+def first_batch_meta(init_params: dict[str, Any]) -> dict[str, Any]:
+    """The meta tensors as prepare_next_batch leaves them before the first iteration, for
+    PersistentKernel init parameters ``init_params`` (their ``meta_tensors`` too), computed on the CPU
+    by the Python model of prepare_next_batch, which the device matches: the page table a request
+    gets (so that a test can fill the KV cache of its history before the run), qo_indptr, ..."""
+    import torch
+
+    from .frontend import meta, params
+    from .run.batching import BatchPlanner
+
+    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
+    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
+    p = params.parse(init)
+    m = meta.build(p, torch.device("cpu"))
+    BatchPlanner(meta.batch_config(p, m), m).prepare_next_batch(0)
+    return m
+
+
+__all__ = [
+    "first_batch_meta",
+    "ARCH_NAMES",
+    "PORTABLE_ARCHS",
+    "draw_swimlane",
+    "find_reference",
+    "native_arch",
+    "read_compile_output",
+    "torch_dtype",
+]

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 1
+#define MPK_ABI_VERSION 2
 #define MPK_MAX_INPUTS 7
 #define MPK_MAX_OUTPUTS 3
 #define MPK_NO_EVENT 0xffffffffu
@@ -74,6 +74,8 @@ typedef struct MpkBatchState {
   int32_t *request_num_pages; // [total_num_requests]
   int32_t *page_queue;     // [max_num_pages] free pages, a ring
   int32_t *counters;       // MPK_BATCH_* below
+  int32_t const *initial_step;  // [total_num_requests] step of each request at launch (tokens in the KV cache)
+  int32_t const *page_order;    // [max_num_pages] the free-page queue at launch
 } MpkBatchState;
 
 enum {

@@ -41,6 +41,8 @@ class PersistentKernel:
         self._p = p
         self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
+        # The launch state (initial steps, page order) as given now: launches change the tensors.
+        self._batch = meta.batch_config(p, self.meta_tensors)
         self._profiler = params.check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
         self._compiled: CompiledGraph | None = None
@@ -152,7 +154,7 @@ class PersistentKernel:
         if output_dir is not None:
             overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
             self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-        batch = meta.batch_config(p, self.meta_tensors)
+        batch = self._batch
         if self.backend == "gpu":
             launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
             self._runner = GpuKernel(
@@ -190,7 +192,7 @@ class PersistentKernel:
             self._compiled,
             self._tensors(),
             self.meta_tensors,
-            meta.batch_config(self._p, self.meta_tensors),
+            self._batch,
             self.arch,
             self.device,
         )
