@@ -134,7 +134,7 @@ class PersistentKernel:
 
     def _add_layer(self, spec: TaskSpec, kwargs: dict[str, Any]) -> None:
         self._check_open(spec.layer_method)
-        add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None)
+        add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None, self._p, self.device)
 
     # -- compile and run -------------------------------------------------------------------------
     def compile(self, output_dir: str | Path | None = None) -> None:

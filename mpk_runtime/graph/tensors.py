@@ -17,7 +17,7 @@ class DTensor:
     def __init__(self, name: str, data: torch.Tensor, kind: str, graph_id: int, index: int):
         self.name = name
         self.data = data
-        self.kind = kind  # "attached", "intermediate" or "derived" (computed from attached tensors, e.g. shuffled)
+        self.kind = kind  # "attached", "intermediate", "workspace" (one layer's zeroed scratch) or "derived" (e.g. shuffled)
         self.derived_from: dict | None = None
         self.shape = tuple(data.shape)
         self.dtype = dtypes.lookup(data.dtype)
