@@ -9,10 +9,12 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
     first_batch_meta(params)   the meta tensors of the first iteration, from init parameters (the model)
+    model_batches(params)      ... and of every iteration of a launch
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,29 @@ def first_batch_meta(init_params: dict[str, Any]) -> dict[str, Any]:
     return m
 
 
+def model_batches(init_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The meta tensors of every iteration one launch runs (a copy each), for init parameters
+    ``init_params``, from the Python model of prepare_next_batch (test mode: one iteration; offline:
+    until every request is done). The sampled tokens are whatever output_tokens holds (zeros)."""
+    import torch
+
+    from .frontend import meta, params
+    from .run.batching import BatchPlanner
+
+    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
+    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
+    p = params.parse(init)
+    m = meta.build(p, torch.device("cpu"))
+    planner = BatchPlanner(meta.batch_config(p, m), m)
+    iteration = 0
+    while planner.prepare_next_batch(iteration):
+        yield {k: v.clone() for k, v in m.items()}
+        iteration += 1
+
+
 __all__ = [
     "first_batch_meta",
+    "model_batches",
     "ARCH_NAMES",
     "PORTABLE_ARCHS",
     "draw_swimlane",

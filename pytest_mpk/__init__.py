@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .scene import Case, Expected, InOut, Out, SceneTestCase, first_batch_meta, scene_test
+from .scene import Case, Expected, InOut, Out, SceneTestCase, first_batch_meta, model_batches, scene_test
 
-__all__ = ["Case", "Expected", "InOut", "Out", "SceneTestCase", "first_batch_meta", "scene_test"]
+__all__ = ["Case", "Expected", "InOut", "Out", "SceneTestCase", "first_batch_meta", "model_batches", "scene_test"]

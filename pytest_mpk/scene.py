@@ -112,6 +112,16 @@ def first_batch_meta(kernel_params: dict[str, Any]) -> Any:
     return types.SimpleNamespace(**model({"test_mode": True, **kernel_params}))
 
 
+def model_batches(kernel_params: dict[str, Any]) -> Any:
+    """Like ``first_batch_meta``, for every iteration of the launch (offline mode: many): an
+    iterator of the meta tensors as each iteration sees them, for goldens that replay the batches."""
+    import types
+
+    from mpk_runtime.harness import model_batches as model
+
+    return (types.SimpleNamespace(**m) for m in model({"test_mode": True, **kernel_params}))
+
+
 @dataclass(frozen=True)
 class SceneInfo:
     layer: str

@@ -66,10 +66,10 @@ def batch_params(params) -> dict:
     }
 
 
-def fill_history(k_cache, v_cache, params, q_norm, k_norm, cos, sin) -> None:
+def fill_history(k_cache, v_cache, kernel_params, params, q_norm, k_norm, cos, sin) -> None:
     """Write each request's history into the pages prepare_next_batch will give it: keys and values
     of random token rows, computed as the layer computes new ones (so the cache looks lived in)."""
-    m = first_batch_meta(batch_params(params))
+    m = first_batch_meta(kernel_params)
     ps, kv_heads, d = k_cache.shape[1:]
     width = (params["heads"] + 2 * kv_heads) * d
     qo, kv = m.qo_indptr_buffer, m.paged_kv_indptr_buffer
@@ -98,7 +98,7 @@ class AttentionScene(SceneTestCase):
         return batch_params(params)
 
     def generate_args(self, params):
-        kp = batch_params(params)
+        kp = self.kernel_params(params)
         dtype = DTYPES[params["dtype"]]
         h, kv_heads, d = params["heads"], params["kv_heads"], params["head_dim"]
         tokens, pages, ps, seq = kp["max_num_batched_tokens"], kp["max_num_pages"], kp["page_size"], kp["max_seq_length"]
@@ -107,7 +107,7 @@ class AttentionScene(SceneTestCase):
         cos, sin = rope_tables(seq, d, dtype=dtype)
         k_cache = torch.randn(pages, ps, kv_heads, d, dtype=dtype)  # slots nobody writes keep these
         v_cache = torch.randn(pages, ps, kv_heads, d, dtype=dtype)
-        fill_history(k_cache, v_cache, params, q_norm, k_norm, cos, sin)
+        fill_history(k_cache, v_cache, kp, params, q_norm, k_norm, cos, sin)
         return {
             "input": torch.randn(tokens, (h + 2 * kv_heads) * d, dtype=dtype),
             "k_cache": InOut(k_cache),
@@ -134,11 +134,23 @@ class AttentionScene(SceneTestCase):
         )
 
     def compute_golden(self, args, params):
-        m = args.meta
+        self.check_batch(args.meta, params)
+        return golden(args, [args.meta])
+
+    def check_batch(self, meta, params) -> None:
+        """What the scene meant to run is what ran: override to assert on the batch (args.meta)."""
+
+
+def golden(args, batches) -> dict:
+    """The layer's outputs after running over ``batches`` (the meta tensors of each iteration, in
+    order): a row's last value, the caches with every new key and value."""
+    k_cache, v_cache, out = args.k_cache, args.v_cache, None
+    rows = slots = None
+    for m in batches:
         r = paged_attention_batch(
             args.input,
-            args.k_cache,
-            args.v_cache,
+            k_cache,
+            v_cache,
             args.q_norm,
             args.k_norm,
             args.cos_pos_embed,
@@ -147,13 +159,13 @@ class AttentionScene(SceneTestCase):
             m.paged_kv_indptr_buffer,
             m.paged_kv_indices_buffer,
             m.paged_kv_last_page_len_buffer,
+            output=out,
         )
-        self.check_batch(m, params)
-        return {
-            "output": Expected(r.output, written=r.rows),  # rows of inactive tokens stay poisoned
-            "k_cache": Expected(r.k_cache, written=r.slots),  # every other slot keeps its value
-            "v_cache": Expected(r.v_cache, written=r.slots),
-        }
-
-    def check_batch(self, meta, params) -> None:
-        """What the scene meant to run is what ran: override to assert on the batch (args.meta)."""
+        k_cache, v_cache, out = r.k_cache, r.v_cache, r.output
+        rows = r.rows if rows is None else rows | r.rows
+        slots = r.slots if slots is None else slots | r.slots
+    return {
+        "output": Expected(out, written=rows),  # rows of no token stay poisoned
+        "k_cache": Expected(k_cache, written=slots),  # every other slot keeps its value
+        "v_cache": Expected(v_cache, written=slots),
+    }

@@ -6,9 +6,9 @@ their cache slots, and that no other slot changes."""
 
 from hypothesis import strategies as st
 
-from pytest_mpk import SceneTestCase, scene_test
+from pytest_mpk import SceneTestCase, model_batches, scene_test
 
-from .common import DEFAULTS, AttentionScene, case
+from .common import DEFAULTS, AttentionScene, batch_params, case, golden
 
 
 @scene_test(layer="paged_attention")
@@ -35,7 +35,7 @@ class TestDecodeWithHistory(AttentionScene):
     CASES = [
         case("b4", requests=((37, 37), (64, 64), (15, 15), (100, 100))),
         case("b4_split4", requests=((37, 37), (64, 64), (15, 15), (100, 100)), splits=4),
-        case("b1_long_split8", requests=((1, 700),), splits=8),
+        case("b1_long_split4", requests=((1, 700),), splits=4),
         case("b2_d64_g8", requests=((1, 90), (1, 33)), heads=8, kv_heads=1, head_dim=64, splits=2),
     ]
 
@@ -52,7 +52,7 @@ class TestChunkedPrefill(AttentionScene):
     CASES = [
         case("first_chunk", requests=((8, 0), (40, 0)), tokens=24),  # request 1 gets 16 of its 40 tokens
         case("second_chunk", requests=((40, 16),)),  # tokens 16..39 over 16 keys of history
-        case("second_chunk_split", requests=((70, 20),), splits=3),
+        case("second_chunk_split", requests=((70, 20),), splits=4),
     ]
 
     def check_batch(self, meta, params):
@@ -67,7 +67,7 @@ class TestMixed(AttentionScene):
     REQUESTS = ((50, 50), (20, 0), (40, 30), (9, 9))
     CASES = [
         case("decode_and_prefill", requests=REQUESTS),
-        case("decode_and_prefill_split2", requests=REQUESTS, splits=2),  # per slot: keys or tokens split
+        case("decode_and_prefill_split4", requests=REQUESTS, splits=4),  # per slot: keys or tokens split
         case("unused_slots", requests=((1, 20), (6, 0)), slots=5, tokens=16),  # 3 empty slots, 9 idle rows
     ]
 
@@ -92,7 +92,7 @@ class TestPageBoundaries(AttentionScene):
     EDGES = ((1, 31), (16, 0), (1, 32), (17, 0))
     CASES = [
         case("pages16", requests=EDGES),
-        case("pages16_split2", requests=EDGES, splits=2),
+        case("pages16_split4", requests=EDGES, splits=4),
         case("pages64", requests=((1, 63), (1, 64), (65, 0))),
         case("pages128", requests=((1, 127), (1, 128), (130, 0)), page_size=128),
         case("pages8_d64", requests=((1, 7), (9, 0)), page_size=8, heads=4, kv_heads=1, head_dim=64),
@@ -117,6 +117,27 @@ class TestRandomPageTable(AttentionScene):
 
 
 @scene_test(layer="paged_attention")
+class TestOffline(AttentionScene):
+    """Offline mode: prefill chunks, then a decode token per request and iteration until every row
+    of max_seq_length is full; each iteration reads the keys the earlier ones appended."""
+
+    CASES = [
+        case("chunks_then_decodes", requests=((6, 0), (1, 20), (12, 4)), tokens=8, page_size=8),
+        case("chunks_then_decodes_split4", requests=((6, 0), (1, 20), (12, 4)), tokens=8, page_size=8, splits=4),
+    ]
+
+    def kernel_params(self, params):
+        kp = batch_params(params)
+        rows = -(-kp["max_seq_length"] // params["page_size"])
+        return {**kp, "test_mode": False, "max_num_pages": len(params["requests"]) * rows + 2}
+
+    def compute_golden(self, args, params):
+        batches = list(model_batches(self.kernel_params(params)))
+        assert len(batches) > 5
+        return golden(args, batches)
+
+
+@scene_test(layer="paged_attention")
 class TestSweep(AttentionScene):
     """Random batches (requests of random prompt and history lengths) over page sizes: lengths are
     runtime values, so every example of one arch shares one build."""
@@ -126,7 +147,7 @@ class TestSweep(AttentionScene):
         "requests": st.lists(st.tuples(st.integers(1, 48), st.integers(0, 80)), min_size=1, max_size=4).map(tuple),
         "page_size": st.sampled_from([16, 32, 64, 128]),
         "shuffle_pages": st.booleans(),
-        "splits": st.just(2),
+        "splits": st.just(4),
     }
 
 
