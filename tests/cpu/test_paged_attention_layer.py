@@ -74,7 +74,7 @@ def test_compile_only_builds(make_pk, cc):
         (dict(v_cache=(P, PS, 2, 64)), ShapeError, r"k_cache and v_cache must both be"),
         (dict(cos_pos_embed=(S, 64)), ShapeError, r"cos_pos_embed and sin_pos_embed must be \(max_seq_length, 128\)"),
         (dict(grid=(R, 1, 1)), GridError, r"grid_dim y=1 must be num_kv_heads=2"),
-        (dict(grid=(R, 2, 65)), GridError, r"grid_dim z=65 splits a request's work; use 1 to 64"),
+        (dict(grid=(R, 2, 129)), GridError, r"grid_dim z=129 splits a request.s work; use 1 to 128"),
         (dict(grid=(R + 1, 2, 1)), ConfigError, r"grid_dim x = 3 must equal the kernel's max_num_batched_requests = 2"),
         (
             dict(k_cache=(P, 32, 2, 128), v_cache=(P, 32, 2, 128)),

@@ -204,7 +204,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
   static_assert(D == 64 || D == 128, "paged_attention: head_dim 64 or 128");
   static_assert(G >= 1 && G <= 16 && 16 % G == 0, "paged_attention: 1, 2, 4, 8 or 16 q heads per kv head");
-  static_assert(Z >= 1 && Z <= 64, "paged_attention: 1 to 64 splits");
+  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits (the merge counter counts in 8 bits)");
   constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
   constexpr int E = D / 32, NT = D / 8, KC = D / 8;  // elements per lane; PV n-tiles; 16-byte chunks per row
   using S = Smem<T, D>;
