@@ -11,8 +11,8 @@
 //    positions of its key chunk, or its token block) go into the paged cache. A new key of another
 //    task's token block is computed again from the input where it is needed, never read back from
 //    a cache slot another task writes.
-// 2. Q: each warp normalizes and rotates the rows of its m-tile into shared memory, then holds them
-//    as mma A fragments.
+// 2. Q: the warps of an m-tile normalize and rotate its rows into shared memory (sharing the rows
+//    out), then each holds them as mma A fragments.
 // 3. Keys stream through shared memory in tiles of 16 keys per warp (cp.async, kStages deep, row by
 //    row through the page table, so any page size works). A warp takes 16-key chunks of a tile:
 //    S = Q K^T (mma m16n8k16, fp32), online softmax in fp32 (exp2, lane-partial sums), O += P V
@@ -57,7 +57,7 @@ constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads i
 template <typename T, int D>
 struct Smem {
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
-  static constexpr int kQBytes = kWorkerWarps * 16 * kRowBytes;         // one m-tile of q rows per warp
+  static constexpr int kQBytes = kWorkerWarps * 16 * kRowBytes;         // q rows of up to kWorkerWarps m-tiles
   static constexpr int kTileBytes = kTileKeys * kRowBytes;              // K or V of one stage
   static constexpr int kScratchBytes = kWorkerWarps * (16 * D + 32) * 4;  // O, m, l per warp (merge)
   static constexpr int kKvBytes = kStages * 2 * kTileBytes > kScratchBytes ? kStages * 2 * kTileBytes : kScratchBytes;
@@ -224,7 +224,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   T *out = task.output<T>(2);
   float const eps = task.scalar_f(0);
   unsigned char *smem = dynamic_smem;
-  unsigned char *q_smem = smem + warp * 16 * S::kRowBytes;
+  unsigned char *q_smem = smem;  // one m-tile of q rows per m-tile in flight
   unsigned char *kv_smem = smem + S::kQBytes;
   float *scratch = reinterpret_cast<float *>(kv_smem);
   int *last_flag = reinterpret_cast<int *>(smem + S::kQBytes + S::kKvBytes);
@@ -307,38 +307,42 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       }
     }
 
-    // 2. this warp's m-tile of q rows, normalized and rotated, into shared memory, then A fragments
+    // 2. the q rows of each m-tile, normalized and rotated, into shared memory (the warps of an
+    // m-tile share the work: row r goes to warp r % ks_count of them), then A fragments.
     int const mtile = pass + my_m;
     bool const active = my_m < mw && mtile < mtiles;
-    uint32_t qa[D / 16][4];
+    unsigned char *q_tile = q_smem + my_m * 16 * S::kRowBytes;
     if (active) {
-      for (int b = 0; b < 16; b += kRowBatch) {
-        if (mtile * 16 + b >= rows) break;  // the rest of the m-tile is past the task's rows
+      int const mine = (16 + ks_count - 1 - my_ks) / ks_count;  // rows my_ks, my_ks + ks_count, ... of 16
+      for (int b = 0; b < mine; b += kRowBatch) {
+        auto row_of = [&](int r) { return my_ks + (b + r) * ks_count; };  // row within the m-tile
         norm_rope_rows<T, D, kRowBatch>(
             [&](int r) {
-              int const row = mtile * 16 + b + r;
-              return row < rows ? in_row(p.t0 + row / G, y * G + row % G) : nullptr;
+              int const row = mtile * 16 + row_of(r);
+              return b + r < mine && row < rows ? in_row(p.t0 + row / G, y * G + row % G) : nullptr;
             },
-            [&](int r) { return p.step + p.t0 + (mtile * 16 + b + r) / G; },
+            [&](int r) { return p.step + p.t0 + (mtile * 16 + row_of(r)) / G; },
             [&](int r, float const(&v)[E]) {
-              int const row = b + r, d0 = lane * E;
+              int const row = row_of(r), d0 = lane * E;
               store_elems<T, E>(
-                  reinterpret_cast<T *>(q_smem + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8, v);
+                  reinterpret_cast<T *>(q_tile + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8, v);
             },
             q_norm, cos_tab, sin_tab, eps, lane);
       }
-      for (int r = 0; r < 16; ++r)  // rows past the task's: zeros
-        if (mtile * 16 + r >= rows && lane < KC) st_16(q_smem + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
-      __syncwarp();
+      for (int r = my_ks; r < 16; r += ks_count)  // rows past the task's: zeros
+        if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
+    }
+    __syncthreads();  // the q rows, and the append for every thread's cp.async
+    uint32_t qa[D / 16][4];
+    if (active) {
 #pragma unroll
       for (int c = 0; c < D / 32; ++c) {
-        uint4 const lo = ld_16(q_smem + g * S::kRowBytes + swizzle_k(g, 4 * c + t) * 16);
-        uint4 const hi = ld_16(q_smem + (g + 8) * S::kRowBytes + swizzle_k(g + 8, 4 * c + t) * 16);
+        uint4 const lo = ld_16(q_tile + g * S::kRowBytes + swizzle_k(g, 4 * c + t) * 16);
+        uint4 const hi = ld_16(q_tile + (g + 8) * S::kRowBytes + swizzle_k(g + 8, 4 * c + t) * 16);
         qa[2 * c][0] = lo.x, qa[2 * c][1] = hi.x, qa[2 * c][2] = lo.y, qa[2 * c][3] = hi.y;
         qa[2 * c + 1][0] = lo.z, qa[2 * c + 1][1] = hi.z, qa[2 * c + 1][2] = lo.w, qa[2 * c + 1][3] = hi.w;
       }
     }
-    __syncthreads();  // the append is visible to every thread's cp.async
     while (issued < kStages) issue(issued++);
 
     // 3. stream the tiles
