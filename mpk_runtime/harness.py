@@ -10,10 +10,13 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
     mpi_job()                  (world size, rank, local rank) when started by mpirun, without starting MPI
     mpi_world()                the ranks' keyed message channel (MPI started), None outside an MPI job
+    first_batch_meta(params)   the meta tensors of the first iteration, from init parameters (the model)
+    model_batches(params)      ... and of every iteration of a launch
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +69,47 @@ def mpi_world() -> Any:
     return world()
 
 
+def first_batch_meta(init_params: dict[str, Any]) -> dict[str, Any]:
+    """The meta tensors as prepare_next_batch leaves them before the first iteration, for
+    PersistentKernel init parameters ``init_params`` (their ``meta_tensors`` too), computed on the CPU
+    by the Python model of prepare_next_batch, which the device matches: the page table a request
+    gets (so that a test can fill the KV cache of its history before the run), qo_indptr, ..."""
+    import torch
+
+    from .frontend import meta, params
+    from .run.batching import BatchPlanner
+
+    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
+    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
+    p = params.parse(init)
+    m = meta.build(p, torch.device("cpu"))
+    BatchPlanner(meta.batch_config(p, m), m).prepare_next_batch(0)
+    return m
+
+
+def model_batches(init_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The meta tensors of every iteration one launch runs (a copy each), for init parameters
+    ``init_params``, from the Python model of prepare_next_batch (test mode: one iteration; offline:
+    until every request is done). The sampled tokens are whatever output_tokens holds (zeros)."""
+    import torch
+
+    from .frontend import meta, params
+    from .run.batching import BatchPlanner
+
+    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
+    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
+    p = params.parse(init)
+    m = meta.build(p, torch.device("cpu"))
+    planner = BatchPlanner(meta.batch_config(p, m), m)
+    iteration = 0
+    while planner.prepare_next_batch(iteration):
+        yield {k: v.clone() for k, v in m.items()}
+        iteration += 1
+
+
 __all__ = [
+    "first_batch_meta",
+    "model_batches",
     "ARCH_NAMES",
     "PORTABLE_ARCHS",
     "draw_swimlane",

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
-from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, scene_test
+from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, first_batch_meta, model_batches, scene_test
 
-__all__ = ["Case", "Expected", "InOut", "Out", "PerRank", "SceneTestCase", "scene_test"]
+__all__ = [
+    "Case",
+    "Expected",
+    "InOut",
+    "Out",
+    "PerRank",
+    "SceneTestCase",
+    "first_batch_meta",
+    "model_batches",
+    "scene_test",
+]

@@ -268,7 +268,8 @@ def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str]
     if actual is not None:
         torch.save(actual, setup.artifacts / "actual.pt")
     if expected is not None:
-        torch.save({n: v.detach().cpu() for n, v in expected.items()}, setup.artifacts / "expected.pt")
+        values = {n: (v.value if isinstance(v, Expected) else v) for n, v in expected.items()}
+        torch.save({n: v.detach().cpu() for n, v in values.items()}, setup.artifacts / "expected.pt")
     (setup.artifacts / "repro.txt").write_text(setup.repro + "\n")
     return [name for name in FAILURE_FILES if (setup.artifacts / name).exists()]
 

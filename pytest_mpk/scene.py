@@ -110,6 +110,29 @@ class PerRank:
         return f"PerRank({len(self.values)} ranks)"
 
 
+def first_batch_meta(kernel_params: dict[str, Any]) -> Any:
+    """The meta tensors of the first iteration (CPU tensors, by attribute: ``m.qo_indptr_buffer``, as
+    ``args.meta`` in ``compute_golden``) for the init parameters a scene's ``kernel_params`` returns:
+    computed before the run by the model of prepare_next_batch, which the device follows. With them
+    ``generate_args`` can fill the KV cache pages of requests whose history already exists
+    (``meta_tensors={"step": ...}``) at the slots the runtime will assign."""
+    import types
+
+    from mpk_runtime.harness import first_batch_meta as model
+
+    return types.SimpleNamespace(**model({"test_mode": True, **kernel_params}))
+
+
+def model_batches(kernel_params: dict[str, Any]) -> Any:
+    """Like ``first_batch_meta``, for every iteration of the launch (offline mode: many): an
+    iterator of the meta tensors as each iteration sees them, for goldens that replay the batches."""
+    import types
+
+    from mpk_runtime.harness import model_batches as model
+
+    return (types.SimpleNamespace(**m) for m in model({"test_mode": True, **kernel_params}))
+
+
 @dataclass(frozen=True)
 class SceneInfo:
     layer: str

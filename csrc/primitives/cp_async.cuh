@@ -1,6 +1,7 @@
 // Asynchronous copies from global to shared memory (cp.async, sm80 and later): the copy proceeds
 // while the thread runs on, and becomes visible to the thread at a wait; to the rest of the CTA
-// after that wait and a __syncthreads(). Used to prefetch the next task descriptor.
+// after that wait and a __syncthreads(). Used to prefetch the next task descriptor, and by task
+// bodies to stream tiles (commit one group per stage, wait for the oldest).
 #pragma once
 #include <stdint.h>
 
@@ -17,5 +18,19 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 
 // Waits until every copy this thread started has landed in shared memory.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// cp_async_16 when `full`; otherwise the 16 destination bytes become zeros and nothing is read
+// (src-size 0; gmem_src must still be a global address, e.g. the tensor's base).
+__device__ __forceinline__ void cp_async_16_zfill(void *smem_dst, void const *gmem_src, bool full) {
+  uint32_t const d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(gmem_src), "r"(full ? 16 : 0) : "memory");
+}
+
+// Waits until at most N of this thread's committed groups are still in flight (the N most recent):
+// with one group per pipeline stage, the oldest stages have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 }  // namespace mpk

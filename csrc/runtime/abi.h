@@ -75,6 +75,8 @@ typedef struct MpkBatchState {
   int32_t *request_num_pages; // [total_num_requests]
   int32_t *page_queue;     // [max_num_pages] free pages, a ring
   int32_t *counters;       // MPK_BATCH_* below
+  int32_t const *initial_step;  // [total_num_requests] step of each request at launch (tokens in the KV cache)
+  int32_t const *page_order;    // [max_num_pages] the free-page queue at launch
 } MpkBatchState;
 
 enum {

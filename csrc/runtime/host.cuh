@@ -109,6 +109,7 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkBatchConfig, eos_token_id);
   MPK_STRUCT(MpkBatchState);
   MPK_FIELD(MpkBatchState, page_queue); MPK_FIELD(MpkBatchState, counters);
+  MPK_FIELD(MpkBatchState, initial_step); MPK_FIELD(MpkBatchState, page_order);
   MPK_STRUCT(MpkControl);
   MPK_FIELD(MpkControl, go); MPK_FIELD(MpkControl, abort); MPK_FIELD(MpkControl, task_error_value);
   MPK_FIELD(MpkControl, scheduler_progress);

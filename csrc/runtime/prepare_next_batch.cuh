@@ -18,13 +18,14 @@ struct Planner {
 
   __device__ __forceinline__ int32_t &counter(int i) const { return s.counters[i]; }
 
-  // Whole warp: the state every launch starts from.
+  // Whole warp: the state every launch starts from: the initial steps (tokens already in the KV
+  // cache) and the initial order of the free-page queue, both given by the host.
   __device__ void init(int lane) const {
     for (int r = lane; r < cfg.total_num_requests; r += 32) {
-      m.step[r] = 0;
+      m.step[r] = s.initial_step[r];
       s.request_num_pages[r] = 0;
     }
-    for (int i = lane; i < cfg.max_num_pages; i += 32) s.page_queue[i] = i;
+    for (int i = lane; i < cfg.max_num_pages; i += 32) s.page_queue[i] = s.page_order[i];
     if (lane == 0) {
       counter(MPK_BATCH_NUM_RUNNING) = 0;
       counter(MPK_BATCH_BATCH_SIZE) = 0;
@@ -118,8 +119,10 @@ struct Planner {
     while (next < cfg.total_num_requests && running < cfg.max_num_batched_requests &&
            slot < cfg.max_num_batched_requests && budget > 0) {
       int32_t const req = next;
-      int32_t const n = min(m.prompt_lengths[req], budget);
-      if (pages_for(n) > counter(MPK_BATCH_FREE_PAGES)) break;  // admission waits for pages
+      int32_t const step = m.step[req];
+      int32_t const remaining = m.prompt_lengths[req] - step;
+      int32_t const n = remaining > 0 ? min(remaining, budget) : 1;  // history may cover the prompt
+      if (pages_for(step + n) > counter(MPK_BATCH_FREE_PAGES)) break;  // admission waits for pages
       ++next;
       s.running[running++] = req;
       if (!add(slot, req, n)) return -1;
@@ -129,13 +132,21 @@ struct Planner {
     if (slot == 0 && next < cfg.total_num_requests) {
       // A request waits for pages and nothing runs that could free them (the host checks the
       // sizes up front; this is the safety net): an error, never a silent stop.
+      int32_t const step = m.step[next];
+      int32_t const remaining = m.prompt_lengths[next] - step;
       status->detail[0] = next;
-      status->detail[1] = pages_for(min(m.prompt_lengths[next], cfg.max_num_batched_tokens));
+      status->detail[1] = pages_for(step + (remaining > 0 ? min(remaining, cfg.max_num_batched_tokens) : 1));
       status->detail[2] = 0;
       status->code = MPK_STATUS_PAGES_EXHAUSTED;
       return -1;
     }
     batch_size = slot;
+    // Slots past the batch: empty ranges, so that a task of an unused slot sees no tokens.
+    for (int32_t j = slot; j < cfg.max_num_batched_requests; ++j) {
+      m.qo_indptr[j + 1] = m.qo_indptr[slot];
+      m.paged_kv_indptr[j + 1] = m.paged_kv_indptr[slot];
+      m.paged_kv_last_page_len[j] = 0;
+    }
     *m.num_new_tokens = m.qo_indptr[slot];
     return slot > 0 ? 1 : 0;
   }

@@ -64,8 +64,8 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
         recipe = st.derived_from
         if recipe and st.name not in bound and all(i in bound for i in recipe.get("inputs", ())):
             bound[st.name] = shuffle([bound[i] for i in recipe["inputs"]], recipe["shuffled_dim"], recipe["num_groups"])
-        elif st.kind == "intermediate" and st.name not in bound:
-            bound[st.name] = torch.empty(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
+        elif st.kind in ("intermediate", "workspace") and st.name not in bound:  # a layer's workspace starts zeroed
+            bound[st.name] = torch.zeros(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
     unknown = sorted(set(bound) - set(wanted))
     missing = sorted(set(wanted) - set(bound))
     if unknown or missing:

@@ -78,7 +78,19 @@ class MpkBatchConfig(C.Structure):
 
 
 class MpkBatchState(C.Structure):
-    _fields_ = [(n, C.c_void_p) for n in ("running", "batch", "request_pages", "request_num_pages", "page_queue", "counters")]
+    _fields_ = [
+        (n, C.c_void_p)
+        for n in (
+            "running",
+            "batch",
+            "request_pages",
+            "request_num_pages",
+            "page_queue",
+            "counters",
+            "initial_step",
+            "page_order",
+        )
+    ]
 
 
 BATCH_NUM_COUNTERS = 5

@@ -44,6 +44,8 @@ class PersistentKernel:
             gpu.select_rank_device(p.mpi_rank)
         self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
+        # The launch state (initial steps, page order) as given now: launches change the tensors.
+        self._batch = meta.batch_config(p, self.meta_tensors)
         self._profiler = params.check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
         self._compiled: CompiledGraph | None = None
@@ -155,7 +157,7 @@ class PersistentKernel:
 
     def _add_layer(self, spec: TaskSpec, kwargs: dict[str, Any]) -> None:
         self._check_open(spec.layer_method)
-        add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None)
+        add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None, self._p, self.device)
 
     # -- compile and run -------------------------------------------------------------------------
     def compile(self, output_dir: str | Path | None = None) -> None:
@@ -175,7 +177,7 @@ class PersistentKernel:
         if output_dir is not None:
             overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
             self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-        batch = meta.batch_config(p, self.meta_tensors)
+        batch = self._batch
         heap = comm.bind(self._graph, graph, p, self.backend, module, self.device)
         try:
             if self.backend == "gpu":
@@ -230,7 +232,7 @@ class PersistentKernel:
             self._compiled,
             self._tensors(),
             self.meta_tensors,
-            meta.batch_config(self._p, self.meta_tensors),
+            self._batch,
             self.arch,
             self.device,
         )

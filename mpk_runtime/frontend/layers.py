@@ -8,12 +8,19 @@ from typing import Any
 from ..errors import BlockDimError, StateError
 from ..graph.task_graph import TaskGraph, check_grid
 from ..tasks import registry
-from ..tasks.partition import Arg
+from ..tasks.partition import Arg, whole
 from ..tasks.spec import TaskSpec
 
 
 def add_layer(
-    graph: TaskGraph, spec: TaskSpec, kwargs: dict[str, Any], block_dim: tuple[int, int, int], arch: str, compiled: bool
+    graph: TaskGraph,
+    spec: TaskSpec,
+    kwargs: dict[str, Any],
+    block_dim: tuple[int, int, int],
+    arch: str,
+    compiled: bool,
+    params: Any = None,
+    device: Any = None,
 ) -> None:
     """Validate one layer call (grid, block, tensors, the spec's own checks) and add it to ``graph``."""
     where = f"{spec.layer_method}()"
@@ -29,7 +36,13 @@ def add_layer(
     spec.header_for(arch)
     bound, values = spec.bind(kwargs)
     args = [Arg(a.name, graph.own(a.tensor, a.name, where), a.partition, a.writes) for a in bound]
-    spec.check({a.name: a for a in args}, values, grid)
+    named = {a.name: a for a in args}
+    spec.check(named, values, grid)
+    if params is not None:
+        spec.check_params(named, values, grid, params)
+    for name, (shape, dtype) in spec.workspace(named, values, grid).items():
+        scratch = graph.add_workspace(tuple(shape), dtype, f"{graph.next_layer_name(spec)}.{name}", device)
+        args.append(Arg(name, scratch, whole(), False))
     graph.add_layer(spec, grid, args, values)
 
 

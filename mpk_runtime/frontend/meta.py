@@ -7,7 +7,7 @@ Shapes follow the kernel parameters (``R`` = total_num_requests, from ``tokens.s
 name                              shape                          dtype  default contents
 ================================  =============================  =====  ==========================
 tokens                            (R, max_seq_length)            int64  token ids 1..1000, repeating
-step                              (R,)                           int32  zeros (reset every launch)
+step                              (R,)                           int32  zeros (set at every launch)
 prompt_lengths                    (R,)                           int32  max_num_batched_tokens
 input_tokens                      (max_num_batched_tokens,)      int64  filled by prepare_next_batch
 output_tokens                     (max_num_batched_tokens,)      int64  zeros (written by sampling)
@@ -20,6 +20,16 @@ paged_kv_last_page_len_buffer     (max_num_batched_requests,)    int32  filled b
 
 The defaults are *useful*: one request whose prompt is exactly max_num_batched_tokens long, so the
 first iteration's active-token count equals the batch and every task does real work.
+
+Two overrides also set the state every launch starts from (``batch_config`` snapshots them when the
+kernel is made, so later writes to the tensors do not change it):
+
+- ``step``: per request, the tokens already in the KV cache (history). A request with step s starts
+  at token s: the rest of its prompt as prefill, or, when ``prompt_lengths`` <= s, one decode token
+  (``tokens[r, s]``). Its first batch takes the pages for all s + n tokens from the page queue, so a
+  test fills the cache at the slots ``mpk_runtime.harness.first_batch_meta`` predicts.
+- ``paged_kv_indices_buffer``: a permutation of 0 .. max_num_pages-1, the order in which free pages
+  are handed out (a non-contiguous page table for tests). Without it pages go out in order.
 """
 
 from __future__ import annotations
@@ -120,9 +130,18 @@ def _shape_rule(name: str) -> str:
 
 
 def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
-    if meta["prompt_lengths"].device.type == "meta":
+    if meta["prompt_lengths"].device.type == "meta" or meta["step"].device.type == "meta":
         return
     lengths = meta["prompt_lengths"].cpu()
+    steps = meta["step"].cpu().tolist()
+    bad_steps = [(i, v) for i, v in enumerate(steps) if not 0 <= v < p.max_seq_length]
+    if bad_steps:
+        i, v = bad_steps[0]
+        raise MetaTensorError(
+            f"step[{i}] = {v} must be in [0, max_seq_length={p.max_seq_length}): the tokens of request {i} already in "
+            f"the KV cache, with room for at least one more; raise max_seq_length or shorten the history"
+        )
+    _check_page_order(p, meta)
     bad = [(i, int(v)) for i, v in enumerate(lengths.tolist()) if not 1 <= v <= p.max_seq_length]
     if bad:
         i, v = bad[0]
@@ -135,23 +154,45 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
             f"the default prompt is max_num_batched_tokens={p.max_num_batched_tokens} tokens long, which does "
             f"not fit max_seq_length={p.max_seq_length}; set params['max_seq_length'] >= {v}"
         )
-    for r, length in enumerate(lengths.tolist()):
+    for r, (length, step) in enumerate(zip(lengths.tolist(), steps)):
         # Admission waits for free pages, so a first chunk that needs more pages than exist would wait forever.
-        first = min(length, p.max_num_batched_tokens)
-        pages = -(-first // p.page_size)
+        first = min(length - step, p.max_num_batched_tokens) if length > step else 1
+        pages = -(-(step + first) // p.page_size)
         if pages > p.max_num_pages:
+            history = f" after its {step} tokens of history" if step else ""
             raise ConfigError(
-                f"request {r}: its first prefill chunk of {first} tokens needs {pages} KV pages of page_size={p.page_size}, "
-                f"but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages}"
+                f"request {r}: its first prefill chunk of {first} tokens{history} needs {pages} KV pages of "
+                f"page_size={p.page_size}, but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages}"
             )
-    if p.test_mode and int(lengths[0]) > p.max_num_batched_tokens:
+    rest = int(lengths[0]) - steps[0]
+    if p.test_mode and rest > p.max_num_batched_tokens:
+        history = f" ({steps[0]} of {int(lengths[0])} are history)" if steps[0] else ""
         raise ConfigError(
-            f"test mode runs one pass, so request 0's prompt of {int(lengths[0])} tokens must fit in one batch of "
+            f"test mode runs one pass, so request 0's prompt of {rest} tokens{history} must fit in one batch of "
             f"max_num_batched_tokens={p.max_num_batched_tokens}; raise max_num_batched_tokens or shorten the prompt"
         )
 
 
+def _check_page_order(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
+    if "paged_kv_indices_buffer" not in p.meta_tensors:
+        return
+    order = meta["paged_kv_indices_buffer"].cpu()
+    if not torch.equal(order.sort().values, torch.arange(p.max_num_pages, dtype=order.dtype)):
+        raise MetaTensorError(
+            f"meta tensor 'paged_kv_indices_buffer' sets the order in which free KV pages are handed out, so it must hold "
+            f"every page 0..{p.max_num_pages - 1} once (a permutation, e.g. torch.randperm({p.max_num_pages}, "
+            f"dtype=torch.int32)); got {order.tolist()[:8]}{' ...' if order.numel() > 8 else ''}"
+        )
+
+
 def batch_config(p: KernelParams, meta: dict[str, torch.Tensor]) -> BatchConfig:
+    """The batching configuration, with the launch state the meta tensors give now: the initial
+    ``step`` of every request and, when the user passed one, the page order."""
+    on_meta = meta["step"].device.type == "meta"
+    steps = () if on_meta else tuple(int(v) for v in meta["step"].cpu().tolist())
+    order: tuple[int, ...] = ()
+    if "paged_kv_indices_buffer" in p.meta_tensors and meta["paged_kv_indices_buffer"].device.type != "meta":
+        order = tuple(int(v) for v in meta["paged_kv_indices_buffer"].cpu().tolist())
     return BatchConfig(
         max_num_batched_tokens=p.max_num_batched_tokens,
         max_num_batched_requests=p.max_num_batched_requests,
@@ -161,4 +202,6 @@ def batch_config(p: KernelParams, meta: dict[str, torch.Tensor]) -> BatchConfig:
         total_num_requests=int(meta["tokens"].shape[0]),
         eos_token_id=p.eos_token_id,
         test_mode=p.test_mode,
+        initial_step=steps if any(steps) else (),
+        page_order=order,
     )

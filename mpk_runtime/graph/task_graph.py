@@ -91,6 +91,14 @@ class TaskGraph:
         except KeyError:
             raise GraphError(f"no tensor named {name!r}; known: {', '.join(self.tensors)}") from None
 
+    def add_workspace(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
+        """Zeroed scratch of one layer (TaskSpec.workspace), used only by that layer's own tasks."""
+        return self.add_tensor(torch.zeros(dims, dtype=dtype, device=device), name, "workspace")
+
+    def next_layer_name(self, spec: TaskSpec) -> str:
+        """The name add_layer will give the next layer of ``spec``."""
+        return f"{spec.name}_{self._layer_counts.get(spec.name, 0)}"
+
     def add_shuffled(self, inputs: list[Any], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
         """A derived tensor interleaving ``inputs`` (tensors of this graph) in groups (shuffle.py),
         computed now and recorded so that replays recompute it."""
@@ -119,7 +127,7 @@ class TaskGraph:
 
     # -- layers ----------------------------------------------------------------------------------
     def add_layer(self, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg], values: dict[str, Any]) -> Layer:
-        name = f"{spec.name}_{self._layer_counts.get(spec.name, 0)}"
+        name = self.next_layer_name(spec)
         num_in = sum(not a.writes for a in args)
         num_out = len(args) - num_in
         if num_in > MAX_INPUTS or num_out > MAX_OUTPUTS:

@@ -17,8 +17,9 @@ class DTensor:
     def __init__(self, name: str, data: torch.Tensor, kind: str, graph_id: int, index: int):
         self.name = name
         self.data = data
-        # "attached", "intermediate", "derived" (computed from attached tensors, e.g. shuffled) or "comm"
-        # (in the communication heap the other ranks map; its memory exists from compile() on)
+        # "attached", "intermediate", "workspace" (one layer's zeroed scratch), "derived" (computed from attached
+        # tensors, e.g. shuffled) or "comm" (in the communication heap the other ranks map; its memory exists from
+        # compile() on)
         self.kind = kind
         self.derived_from: dict | None = None
         self.comm_world_size: int | None = None  # a comm tensor: the ranks that share its heap

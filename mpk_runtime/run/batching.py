@@ -3,6 +3,11 @@
 csrc/runtime/prepare_next_batch.cuh implements the same steps on the GPU; the emulator runs this
 model, and the GPU tests check that both leave identical meta tensors. Keep the two in step.
 
+A launch starts from the same state every time: ``step`` = the initial steps (``BatchConfig.
+initial_step``: tokens of each request already in the KV cache, 0 unless the user passed a ``step``
+meta tensor) and the free-page queue in ``BatchConfig.page_order`` (0, 1, ... unless the user passed
+a ``paged_kv_indices_buffer``, which then gives the order pages are handed out in).
+
 At every END_OF_TASK_GRAPH event (and once before the first iteration):
 1. finalize the iteration that just ran: advance ``step`` of every batched request by its tokens;
    a request whose prompt is complete gets its sampled token (the last ``output_tokens`` entry of
@@ -10,10 +15,13 @@ At every END_OF_TASK_GRAPH event (and once before the first iteration):
    return to the page queue. In test mode the second call stops here and returns False.
 2. build the next batch: running requests first (a decode token, or the next prefill chunk), then
    new requests in order while slots, token budget and free pages allow; prefill chunks are capped
-   by the remaining ``max_num_batched_tokens``.
-3. for every batched request: take pages from the queue to cover its KV length, and write
-   ``input_tokens``, ``qo_indptr``, the paged-KV indptr / indices / last-page lengths and
-   ``num_new_tokens``.
+   by the remaining ``max_num_batched_tokens``. A request admitted with history (step > 0) starts
+   at its step: the rest of its prompt, or one decode token if the prompt is all history.
+3. for every batched request: take pages from the queue to cover its KV length (history included),
+   and write ``input_tokens``, ``qo_indptr``, the paged-KV indptr / indices / last-page lengths and
+   ``num_new_tokens``. Slots past the batch get empty ranges (``qo_indptr`` and
+   ``paged_kv_indptr`` repeat their last entry, last-page length 0), so a task of an unused slot
+   sees no tokens.
 Returns whether the batch has any request (False terminates the kernel).
 """
 
@@ -36,10 +44,28 @@ class BatchConfig:
     total_num_requests: int
     eos_token_id: int
     test_mode: bool
+    initial_step: tuple[int, ...] = ()  # per request, at every launch; () means all 0
+    page_order: tuple[int, ...] = ()  # the free-page queue at every launch; () means 0, 1, ...
 
     @property
     def max_pages_per_request(self) -> int:
         return -(-self.max_seq_length // self.page_size)
+
+    @property
+    def steps_at_launch(self) -> list[int]:
+        return list(self.initial_step) if self.initial_step else [0] * self.total_num_requests
+
+    @property
+    def pages_at_launch(self) -> list[int]:
+        return list(self.page_order) if self.page_order else list(range(self.max_num_pages))
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    def first_chunk(self, prompt: int, step: int) -> int:
+        """Tokens of a request's first batch: the rest of its prompt, capped by the token budget,
+        or one decode token when its history already covers the prompt."""
+        return min(prompt - step, self.max_num_batched_tokens) if prompt > step else 1
 
 
 class PagesExhausted(KernelError):
@@ -55,9 +81,9 @@ class BatchPlanner:
         self.running: list[int] = []
         self.batch: list[int] = []
         self.pages: list[list[int]] = [[] for _ in range(cfg.total_num_requests)]
-        self.page_queue = list(range(cfg.max_num_pages))  # free pages, FIFO
+        self.page_queue = cfg.pages_at_launch  # free pages, FIFO
         self.next_request = 0
-        self.m["step"].zero_()
+        self.m["step"].copy_(torch.tensor(cfg.steps_at_launch, dtype=torch.int32))
 
     def prepare_next_batch(self, iteration: int) -> bool:
         cfg, m = self.cfg, self.m
@@ -93,20 +119,28 @@ class BatchPlanner:
             and budget > 0
         ):
             req = self.next_request
-            n = min(int(m["prompt_lengths"][req]), budget)
-            if -(-n // cfg.page_size) > len(self.page_queue):
+            step = int(m["step"][req])
+            remaining = int(m["prompt_lengths"][req]) - step
+            n = min(remaining, budget) if remaining > 0 else 1
+            if cfg.pages_for(step + n) > len(self.page_queue):
                 break  # admission waits for pages
             self.next_request += 1
             self.running.append(req)
             self._add(req, n)
             budget -= n
         if not self.batch and self.next_request < cfg.total_num_requests:
-            need = -(-min(int(m["prompt_lengths"][self.next_request]), cfg.max_num_batched_tokens) // cfg.page_size)
+            req = self.next_request
+            step = int(m["step"][req])
+            need = cfg.pages_for(step + cfg.first_chunk(int(m["prompt_lengths"][req]), step))
             raise PagesExhausted(
                 f"request {self.next_request} waits for {need} KV pages and nothing runs that could free them "
                 f"({len(self.page_queue)} free); raise max_num_pages (now {cfg.max_num_pages})"
             )
-        m["num_new_tokens"][0] = int(qo[len(self.batch)])
+        size = len(self.batch)
+        qo[size + 1 :] = int(qo[size])
+        m["paged_kv_indptr_buffer"][size + 1 :] = int(m["paged_kv_indptr_buffer"][size])
+        m["paged_kv_last_page_len_buffer"][size:] = 0
+        m["num_new_tokens"][0] = int(qo[size])
         return bool(self.batch)
 
     def _add(self, req: int, n: int) -> None:

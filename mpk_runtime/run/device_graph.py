@@ -78,6 +78,8 @@ class DeviceGraph:
             "request_num_pages": torch.zeros(requests, dtype=torch.int32, device=device),
             "page_queue": torch.zeros(batch.max_num_pages, dtype=torch.int32, device=device),
             "counters": torch.zeros(abi.BATCH_NUM_COUNTERS, dtype=torch.int32, device=device),
+            "initial_step": dev(batch.steps_at_launch, torch.int32),
+            "page_order": dev(batch.pages_at_launch, torch.int32),
         }
         self.keep_alive = (tensors, meta, profiler)  # the kernel holds their pointers
         self.params = abi.MpkKernelParams(

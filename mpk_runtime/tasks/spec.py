@@ -80,6 +80,16 @@ class TaskSpec:
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         """Raise ShapeError / DTypeError for arguments the task cannot handle."""
 
+    def check_params(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int], params: Any) -> None:
+        """Raise ConfigError for arguments that do not fit the kernel's init parameters ``params``
+        (frontend.params.KernelParams), e.g. a KV cache of another page size. Most tasks need none."""
+
+    def workspace(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> dict[str, Any]:
+        """Scratch the layer's tasks share among themselves (e.g. partial results of a split): name ->
+        (shape, torch dtype). The runtime makes each one per layer, zeroed, named "<layer>.<name>",
+        and passes it to every task whole, after the declared inputs. Default: none."""
+        return {}
+
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         """The C++ template arguments of the variant a layer uses (its slices all share a shape)."""
         raise NotImplementedError

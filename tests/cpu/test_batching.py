@@ -12,16 +12,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mpk_runtime as mpk
-from mpk_runtime.errors import ConfigError, KernelError
+from mpk_runtime.errors import ConfigError, KernelError, MetaTensorError
 from mpk_runtime.frontend import meta, params
 from mpk_runtime.run.batching import BatchConfig, BatchPlanner, PagesExhausted, run_iterations
 
 
-def setup(prompts: list[int] | None = None, **overrides) -> tuple[BatchConfig, dict[str, torch.Tensor]]:
+def setup(
+    prompts: list[int] | None = None, steps: list[int] | None = None, page_order: list[int] | None = None, **overrides
+) -> tuple[BatchConfig, dict[str, torch.Tensor]]:
     p = mpk.PersistentKernel.get_default_init_parameters()
     p.update(overrides)
+    p["meta_tensors"] = {}
     if prompts is not None:
-        p["meta_tensors"] = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32)}
+        p["meta_tensors"]["prompt_lengths"] = torch.tensor(prompts, dtype=torch.int32)
+    if steps is not None:
+        p["meta_tensors"]["step"] = torch.tensor(steps, dtype=torch.int32)
+    if page_order is not None:
+        p["meta_tensors"]["paged_kv_indices_buffer"] = torch.tensor(page_order, dtype=torch.int32)
     kp = params.parse(p)
     m = meta.build(kp, torch.device("cpu"))
     return meta.batch_config(kp, m), m
@@ -177,6 +184,132 @@ def test_a_request_that_can_never_get_its_pages_is_an_error():
         run_iterations(cfg, m)
 
 
+def test_prefill_of_several_prompts_in_one_iteration():
+    """Prompts of 16, 8, 32 and 4 tokens in one batch of 60; pages of 8 (32 tokens: 4 pages, the last
+    exactly full; 4 tokens: half a page)."""
+    cfg, m = setup(
+        [16, 8, 32, 4], max_num_batched_tokens=64, max_num_batched_requests=4, max_seq_length=40, page_size=8, max_num_pages=16
+    )
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert m["qo_indptr_buffer"].tolist() == [0, 16, 24, 56, 60] and m["num_new_tokens"].tolist() == [60]
+    assert m["paged_kv_indptr_buffer"].tolist() == [0, 2, 3, 7, 8]
+    assert [kv_pages(m, s) for s in range(4)] == [[0, 1], [2], [3, 4, 5, 6], [7]]
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [8, 8, 8, 4]
+    check_batch(cfg, m, planner)
+
+
+def test_unused_slots_get_empty_ranges():
+    """Slots past the batch repeat the last indptr entries, whatever an earlier iteration left there."""
+    cfg, m = setup([3, 1], max_num_batched_tokens=4, max_num_batched_requests=4, max_seq_length=8, page_size=2, max_num_pages=8)
+    m["qo_indptr_buffer"].copy_(torch.tensor([9, 9, 9, 9, 9]))
+    m["paged_kv_last_page_len_buffer"].fill_(7)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert m["qo_indptr_buffer"].tolist() == [0, 3, 4, 4, 4]
+    assert m["paged_kv_indptr_buffer"].tolist() == [0, 2, 3, 3, 3]
+    assert m["paged_kv_last_page_len_buffer"].tolist() == [1, 1, 0, 0]
+
+
+def test_history_is_in_the_cache_at_launch():
+    """step=[6, 4] (pages of 4): request 0 (prompt 6) decodes at once, its 7 tokens on 2 pages; request 1
+    (prompt 9) prefills its last 5 tokens, 9 tokens on 3 pages; step is set again at every launch."""
+    cfg, m = setup(
+        [6, 9],
+        steps=[6, 4],
+        max_num_batched_tokens=8,
+        max_num_batched_requests=2,
+        max_seq_length=16,
+        page_size=4,
+        max_num_pages=8,
+    )
+    assert cfg.initial_step == (6, 4)
+    tokens = m["tokens"]
+    for _ in range(2):  # two launches start from the same state
+        m["step"].zero_()
+        planner = BatchPlanner(cfg, m)
+        assert m["step"].tolist() == [6, 4]
+        assert planner.prepare_next_batch(0)
+        assert m["qo_indptr_buffer"].tolist() == [0, 1, 6]
+        assert m["input_tokens"][:6].tolist() == [int(tokens[0, 6])] + tokens[1, 4:9].tolist()
+        assert (kv_pages(m, 0), kv_pages(m, 1)) == ([0, 1], [2, 3, 4])
+        assert m["paged_kv_last_page_len_buffer"].tolist() == [3, 1]
+        check_batch(cfg, m, planner)
+        sample(m, 5)
+        assert planner.prepare_next_batch(1)
+        assert m["step"].tolist() == [7, 9] and int(tokens[0, 7]) == 5 and int(tokens[1, 9]) == 5
+        assert m["qo_indptr_buffer"].tolist() == [0, 1, 2]
+        assert m["paged_kv_last_page_len_buffer"].tolist() == [4, 2]  # request 0's second page is now full
+
+
+def test_decode_one_token_into_a_new_page():
+    """History of 8 with pages of 4: the decode token is the first of a third page."""
+    cfg, m = setup([8], steps=[8], max_num_batched_tokens=1, max_seq_length=16, page_size=4, max_num_pages=4)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert kv_pages(m, 0) == [0, 1, 2] and m["paged_kv_last_page_len_buffer"].tolist() == [1]
+
+
+def test_page_order_gives_a_non_contiguous_page_table():
+    order = [5, 2, 7, 0, 3, 6, 1, 4]
+    cfg, m = setup(
+        [6, 3],
+        page_order=order,
+        max_num_batched_tokens=9,
+        max_num_batched_requests=2,
+        max_seq_length=12,
+        page_size=2,
+        max_num_pages=8,
+    )
+    assert cfg.page_order == tuple(order)
+    planner = BatchPlanner(cfg, m)
+    assert planner.prepare_next_batch(0)
+    assert (kv_pages(m, 0), kv_pages(m, 1)) == ([5, 2, 7], [0, 3])
+    assert planner.page_queue == [6, 1, 4]
+
+
+def test_history_and_page_order_in_offline_mode():
+    """Many iterations: decode from a history of 5, chunked prefill of the rest of a prompt, pages from
+    a shuffled queue, until both rows are full; every page comes back."""
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(0)).tolist()
+    cfg, m = setup(
+        [5, 11],
+        steps=[5, 2],
+        page_order=order,
+        max_num_batched_tokens=4,
+        max_num_batched_requests=2,
+        max_seq_length=12,
+        page_size=2,
+        max_num_pages=12,
+    )
+    planner = BatchPlanner(cfg, m)
+    iterations = 0
+    while planner.prepare_next_batch(iterations):
+        check_batch(cfg, m, planner)
+        sample(m, 7)
+        iterations += 1
+    # request 0: 6 decodes (steps 5..10); request 1: 9 prompt tokens in chunks of 3 (one token of the
+    # budget goes to request 0's decode), which fills its row
+    assert m["step"].tolist() == [11, 11]
+    assert sorted(planner.page_queue) == list(range(12))
+    assert iterations == 6
+
+
+def test_meta_checks_of_history_and_page_order():
+    with pytest.raises(MetaTensorError, match=r"step\[1\] = 8 must be in \[0, max_seq_length=8\)"):
+        setup([2, 2], steps=[0, 8], max_seq_length=8, max_num_pages=8)
+    with pytest.raises(MetaTensorError, match=r"must hold every page 0..3 once .*got \[0, 1, 1, 2\]"):
+        setup([1], page_order=[0, 1, 1, 2], max_num_pages=4)
+    with pytest.raises(
+        ConfigError, match=r"request 0: its first prefill chunk of 1 tokens after its 6 tokens of history needs 4 KV pages"
+    ):
+        setup([6], steps=[6], max_seq_length=8, page_size=2, max_num_pages=3)
+    with pytest.raises(
+        ConfigError, match=r"prompt of 3 tokens \(2 of 5 are history\) must fit in one batch of max_num_batched_tokens=2"
+    ):
+        setup([5], steps=[2], test_mode=True, max_num_batched_tokens=2, max_seq_length=8, max_num_pages=8)
+
+
 @st.composite
 def configs(draw):
     page_size = draw(st.integers(1, 4))
@@ -194,9 +327,14 @@ def configs(draw):
         max_num_pages=draw(st.integers(math.ceil(budget / page_size), 3 * math.ceil(max(budget, seq) / page_size))),
     )
     prompts = draw(st.lists(st.integers(1, seq), min_size=requests, max_size=requests))
+    steps = None
+    if draw(st.booleans()):  # history: a step per request, with room for one more token and its pages
+        steps = [draw(st.integers(0, seq - 1)) for _ in prompts]
+        steps = [min(s, (overrides["max_num_pages"] - 1) * page_size) for s in steps]
     if overrides["test_mode"]:  # test mode's one pass must finish request 0's prompt
-        prompts[0] = min(prompts[0], budget)
-    return prompts, overrides
+        prompts[0] = min(prompts[0], budget + (steps[0] if steps else 0))
+    order = draw(st.permutations(range(overrides["max_num_pages"]))) if draw(st.booleans()) else None
+    return prompts, steps, order, overrides
 
 
 def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlanner) -> None:
@@ -226,8 +364,12 @@ def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlan
 
 @given(config=configs(), rng=st.randoms(use_true_random=False))
 def test_batch_invariants_hold_after_every_prepare(config, rng):
-    prompts, overrides = config
-    cfg, m = setup(prompts, **overrides)
+    prompts, steps, order, overrides = config
+    try:
+        cfg, m = setup(prompts, steps, order, **overrides)
+    except ConfigError:  # a history whose first batch needs more pages than exist: refused up front
+        assert steps is not None
+        return
     planner = BatchPlanner(cfg, m)
     iteration = 0
     try:
@@ -239,10 +381,11 @@ def test_batch_invariants_hold_after_every_prepare(config, rng):
     except PagesExhausted:
         assert not cfg.test_mode  # test mode checked its pages when the meta tensors were built
         return
+    first = cfg.steps_at_launch[0]
     if cfg.test_mode:
         assert iteration == 1
-        assert int(m["step"][0]) == min(prompts[0], cfg.max_num_batched_tokens)
+        assert int(m["step"][0]) == first + cfg.first_chunk(prompts[0], first)
     else:
         assert planner.next_request == len(prompts) and planner.running == []  # every request was served
-        assert all(int(s) >= p for s, p in zip(m["step"], prompts))
+        assert all(int(s) >= max(p, s0 + 1) for s, p, s0 in zip(m["step"], prompts, cfg.steps_at_launch))
         assert sorted(planner.page_queue) == list(range(cfg.max_num_pages))

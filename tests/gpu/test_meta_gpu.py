@@ -88,3 +88,37 @@ def test_offline_mode_runs_until_every_request_is_done(make_pk):
     assert iterations > 2
     assert_meta_equal(pk, expected)
     assert pk.meta_tensors["step"].tolist() == [9, 9]
+
+
+@pytest.mark.parametrize("test_mode", [True, False], ids=["test_mode", "offline"])
+def test_history_and_page_order(make_pk, test_mode):
+    """Requests with tokens already in the KV cache (step given), a shuffled free-page queue and more
+    slots than requests: the device and the model agree, launch after launch (each starts over)."""
+    prompts, steps, max_seq, pages = [16, 8, 32, 4], [0, 8, 20, 9], 48, 40
+    order = torch.randperm(pages, generator=torch.Generator().manual_seed(3)).to(torch.int32)
+    pk = make_pk(
+        test_mode=test_mode,
+        max_num_batched_tokens=40,
+        max_num_batched_requests=6,
+        max_seq_length=max_seq,
+        max_num_pages=pages,
+        page_size=4,
+        meta_tensors={
+            "tokens": torch.randint(1, 30000, (4, max_seq), dtype=torch.int64, device="cuda"),
+            "prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda"),
+            "step": torch.tensor(steps, dtype=torch.int32, device="cuda"),
+            "paged_kv_indices_buffer": order.cuda(),
+        },
+    )
+    noop_graph(pk)
+    expected, iterations = model_run(pk)
+    for _ in range(2):
+        pk()
+        pk.synchronize()
+        assert_meta_equal(pk, expected)
+    assert (iterations == 1) == test_mode
+    if test_mode:  # 16 prompt tokens, a decode after 8, the last 12 of 32, a decode after 9; two slots unused
+        assert pk.meta_tensors["qo_indptr_buffer"].tolist() == [0, 16, 17, 29, 30, 30, 30]
+        assert pk.meta_tensors["paged_kv_indptr_buffer"].tolist() == [0, 4, 7, 15, 18, 18, 18]
+        assert pk.meta_tensors["paged_kv_indices_buffer"][:18].tolist() == order[:18].tolist()
+        assert pk.meta_tensors["step"].tolist() == [16, 9, 32, 10]

@@ -1,0 +1,255 @@
+"""paged_attention, Qwen3-8B shapes (32 q heads, 8 kv heads, head_dim 128, bf16, pages of 64), timed
+inside the megakernel next to torch in the same run:
+
+- decode (one new token per request after S - 1 tokens of history) at (B, S) = (1, 8192), (8, 1024),
+  (8, 8192), (32, 4096), (64, 2048): the megakernel time of one layer is (T(n copies) - T(1)) / (n - 1)
+  (layer_bench.measure's method: each copy has its own KV cache, together past L2); the KV-read floor
+  is the KV bytes / the copy bandwidth measured in this run; torch: a paged gather + SDPA, and SDPA
+  on a contiguous cache, both replayed from a CUDA graph. Targets: >= 80% of the floor, >= 2.5x
+  faster than gather + SDPA, within 1.25x of contiguous SDPA.
+- prefill of one 4096-token prompt against causal torch SDPA (CUDA graph): reported only.
+Every case checks its first copy's output against the reference before it is timed.
+
+    python bench/bench_paged_attention.py [--arch sm90|sm80]   # writes $OUT/bench_paged_attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mpk_runtime.harness import find_reference  # noqa: E402
+
+import layer_bench  # noqa: E402
+import timing  # noqa: E402
+
+paged_attention_batch = find_reference("paged_attention_batch", layer="paged_attention")
+rope_tables = find_reference("rope_tables", layer="paged_attention")
+
+H, HKV, D, PAGE = 32, 8, 128, 64
+DECODE = [(1, 8192, 16), (8, 1024, 2), (8, 8192, 2), (32, 4096, 1), (64, 2048, 1)]  # (B, S, grid z)
+PREFILL = (4096, 128)  # tokens, grid z: each task 32 new tokens of one kv head, 128 rows, one pass
+BF = torch.bfloat16
+
+
+def graphed(fn):
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+class Layer:
+    """One batch of requests and the tensors of `copies` independent paged_attention layers over it."""
+
+    def __init__(self, prompts: list[int], history: list[int], tokens: int, copies: int, seed: int = 0):
+        torch.manual_seed(seed)
+        self.b = len(prompts)
+        self.tokens = tokens
+        self.seq = max(max(p, h + 1) for p, h in zip(prompts, history)) + 1
+        kv_len = [h + (p - h if p > h else 1) for p, h in zip(prompts, history)]
+        self.pages = sum(-(-n // PAGE) for n in kv_len)
+        self.prompts, self.history = prompts, history
+        self.x = torch.randn(tokens, (H + 2 * HKV) * D, dtype=BF, device="cuda")
+        self.q_norm = (1 + 0.1 * torch.randn(D, device="cuda")).to(BF)
+        self.k_norm = (1 + 0.1 * torch.randn(D, device="cuda")).to(BF)
+        self.cos, self.sin = (t.cuda() for t in rope_tables(self.seq, D))
+        shape = (self.pages, PAGE, HKV, D)
+        self.k = [torch.randn(shape, dtype=BF, device="cuda") for _ in range(copies)]
+        self.v = [torch.randn(shape, dtype=BF, device="cuda") for _ in range(copies)]
+        self.out = [torch.zeros(tokens, H * D, dtype=BF, device="cuda") for _ in range(copies)]
+        self.k0, self.v0 = self.k[0].clone(), self.v[0].clone()
+
+    @property
+    def params(self) -> dict:
+        """Init parameters, with fresh meta tensors: a launch advances the `step` it was given."""
+        return dict(
+            max_num_batched_tokens=self.tokens,
+            max_num_batched_requests=self.b,
+            max_num_pages=self.pages,
+            page_size=PAGE,
+            max_seq_length=self.seq,
+            meta_tensors={
+                "prompt_lengths": torch.tensor(self.prompts, dtype=torch.int32, device="cuda"),
+                "step": torch.tensor(self.history, dtype=torch.int32, device="cuda"),
+            },
+        )
+
+    def build(self, splits: int):
+        shared = {}
+
+        def build(pk, i):
+            if i == 0:
+                for name in ("x", "q_norm", "k_norm", "cos", "sin"):
+                    shared[name] = pk.attach_input(getattr(self, name), name)
+            pk.paged_attention_layer(
+                input=shared["x"],
+                k_cache=pk.attach_input(self.k[i], f"k{i}"),
+                v_cache=pk.attach_input(self.v[i], f"v{i}"),
+                q_norm=shared["q_norm"],
+                k_norm=shared["k_norm"],
+                cos_pos_embed=shared["cos"],
+                sin_pos_embed=shared["sin"],
+                output=pk.attach_input(self.out[i], f"o{i}"),
+                grid_dim=(self.b, HKV, splits),
+                block_dim=pk.block_dim,
+            )
+
+        return build
+
+    def check(self, arch: str, splits: int) -> float:
+        """Run copy 0 once; the worst |error| of its output against the reference (asserted)."""
+        pk = layer_bench.kernel(target_cc=int(arch[2:]), **self.params)
+        self.k[0].copy_(self.k0)
+        self.v[0].copy_(self.v0)
+        self.build(splits)(pk, 0)
+        pk.compile()
+        pk()
+        pk.synchronize()
+        m = pk.meta_tensors
+        r = paged_attention_batch(
+            self.x, self.k0, self.v0, self.q_norm, self.k_norm, self.cos, self.sin,
+            m["qo_indptr_buffer"], m["paged_kv_indptr_buffer"], m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"],
+        )  # fmt: skip
+        pk.finalize()
+        got = self.out[0][r.rows].float()
+        torch.testing.assert_close(got, r.output[r.rows].float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(self.k[0][r.slots].float(), r.k_cache[r.slots].float(), rtol=2e-2, atol=2e-2)
+        return (got - r.output[r.rows].float()).abs().max().item()
+
+
+def megakernel_us(layer: Layer, arch: str, splits: int, copies: int) -> float:
+    one = layer_bench.launch_us(layer.build(splits), 1, target_cc=int(arch[2:]), **layer.params)
+    many = layer_bench.launch_us(layer.build(splits), copies, target_cc=int(arch[2:]), **layer.params)
+    return (many - one) / (copies - 1)
+
+
+def torch_decode_us(b: int, s: int) -> tuple[float, float]:
+    """torch's decode attention for the same shapes, replayed from CUDA graphs: SDPA on a contiguous
+    cache, and a paged cache (random page table) gathered by indexing, then SDPA."""
+    q = torch.randn(b, H, 1, D, dtype=BF, device="cuda")
+    k = torch.randn(b, HKV, s, D, dtype=BF, device="cuda")
+    v = torch.randn_like(k)
+    sdpa_us = timing.time_us(graphed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)), reps=50)
+    kc = k.transpose(1, 2).reshape(b * s // PAGE, PAGE, HKV, D)
+    vc = v.transpose(1, 2).reshape(b * s // PAGE, PAGE, HKV, D)
+    table = torch.randperm(b * s // PAGE, device="cuda").view(b, s // PAGE)
+
+    def gather_sdpa():
+        kk = kc[table].view(b, s, HKV, D).transpose(1, 2)
+        vv = vc[table].view(b, s, HKV, D).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True)
+
+    return sdpa_us, timing.time_us(graphed(gather_sdpa), reps=50)
+
+
+def decode_case(b: int, s: int, splits: int, arch: str, copy_tbps: float) -> dict:
+    kv_bytes = 2 * b * HKV * s * D * 2
+    copies = max(3, min(8, -(-(256 << 20) // kv_bytes)))
+    layer = Layer([s - 1] * b, [s - 1] * b, b, copies)
+    err = layer.check(arch, splits)
+    mpk_us = megakernel_us(layer, arch, splits, copies)
+    del layer
+    torch.cuda.empty_cache()
+
+    sdpa_us, gather_us = torch_decode_us(b, s)
+    floor_us = kv_bytes / (copy_tbps * 1e12) * 1e6
+    return {
+        "case": f"decode B={b} S={s}",
+        "grid_z": splits,
+        "copies": copies,
+        "mpk_us": mpk_us,
+        "floor_us": floor_us,
+        "pct_of_floor": 100 * floor_us / mpk_us,
+        "gather_sdpa_us": gather_us,
+        "gather_over_mpk": gather_us / mpk_us,
+        "sdpa_us": sdpa_us,
+        "mpk_over_sdpa": mpk_us / sdpa_us,
+        "max_abs_err": err,
+    }
+
+
+def prefill_case(arch: str) -> dict:
+    n, splits = PREFILL
+    layer = Layer([n], [0], n, 2)
+    err = layer.check(arch, splits)
+    mpk_us = megakernel_us(layer, arch, splits, 2)
+    del layer
+    q = torch.randn(1, H, n, D, dtype=BF, device="cuda")
+    k = torch.randn(1, HKV, n, D, dtype=BF, device="cuda")
+    v = torch.randn_like(k)
+    sdpa_us = timing.time_us(graphed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), reps=20)
+    flops = 4 * H * D * n * n / 2  # causal: QK^T and PV over half the square
+    return {
+        "case": f"prefill {n} tokens",
+        "grid_z": splits,
+        "mpk_us": mpk_us,
+        "sdpa_us": sdpa_us,
+        "mpk_over_sdpa": mpk_us / sdpa_us,
+        "mpk_tflops": flops / mpk_us / 1e6,
+        "sdpa_tflops": flops / sdpa_us / 1e6,
+        "max_abs_err": err,
+    }
+
+
+def prebuild(arch: str) -> None:
+    """Build the modules of every grid z at once (nvcc processes in parallel); the cases then load
+    them from the cache."""
+    import mpk_runtime as mpk
+
+    def build(splits: int) -> None:
+        layer = Layer([16], [0], 16, 1)
+        params = mpk.PersistentKernel.get_default_init_parameters()
+        params.update(test_mode=True, compile_only=True, target_cc=int(arch[2:]), num_workers=8)
+        params.update({**layer.params, "meta_tensors": {k: v.cpu() for k, v in layer.params["meta_tensors"].items()}})
+        pk = mpk.PersistentKernel(**params)
+        for name in ("x", "q_norm", "k_norm", "cos", "sin"):
+            setattr(layer, name, getattr(layer, name).cpu())
+        layer.k, layer.v, layer.out = [t.cpu() for t in layer.k], [t.cpu() for t in layer.v], [t.cpu() for t in layer.out]
+        layer.build(splits)(pk, 0)
+        pk.compile()
+
+    with ThreadPoolExecutor() as pool:
+        list(pool.map(build, sorted({z for _, _, z in DECODE} | {PREFILL[1]})))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="sm90", choices=["sm80", "sm90"])
+    parser.add_argument("--skip-prefill", action="store_true")
+    args = parser.parse_args()
+    arch = args.arch
+    prebuild(arch)
+    facts = timing.device_facts()
+    copy = layer_bench.copy_bandwidth()
+    rows = [decode_case(b, s, z, arch, copy) for b, s, z in DECODE]
+    prefill = None if args.skip_prefill else prefill_case(arch)
+    timing.save("bench_paged_attention", {**facts, "arch": arch, "copy_TBps": copy, "decode": rows, "prefill": prefill})
+    print(f"{facts['device']}, {facts['date']}, {arch} build; copy bandwidth {copy:.2f} TB/s")
+    head = ["z", "mpk us", "floor us", "% floor", "gather+sdpa", "x faster", "sdpa", "mpk/sdpa"]
+    print(f"{'case':22} " + " ".join(f"{h:>{w}}" for h, w in zip(head, (3, 8, 9, 8, 12, 9, 8, 9))))
+    for r in rows:
+        ok = r["pct_of_floor"] >= 80 and r["gather_over_mpk"] >= 2.5 and r["mpk_over_sdpa"] <= 1.25
+        print(
+            f"{r['case']:22} {r['grid_z']:3d} {r['mpk_us']:8.1f} {r['floor_us']:9.1f} {r['pct_of_floor']:7.0f}% "
+            f"{r['gather_sdpa_us']:12.1f} {r['gather_over_mpk']:8.2f}x {r['sdpa_us']:8.1f} {r['mpk_over_sdpa']:8.2f}x"
+            f"  {'meets targets' if ok else 'BELOW TARGET'}"
+        )
+    if prefill:
+        p = prefill
+        print(
+            f"{p['case']:22} {p['grid_z']:3d} {p['mpk_us']:8.1f} us ({p['mpk_tflops']:.0f} TFLOP/s) vs causal sdpa "
+            f"{p['sdpa_us']:.1f} us ({p['sdpa_tflops']:.0f} TFLOP/s): {p['mpk_over_sdpa']:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

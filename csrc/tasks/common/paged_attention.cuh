@@ -1,0 +1,544 @@
+// Paged attention, Qwen3 style (declared in mpk_runtime/tasks/paged_attention.py; the math is
+// reference/paged_attention/pytorch_reference.py). Task (x, y, z): batch slot x, kv head y, part z
+// of Z. Its rows are (new token i, q head g of kv head y), token-major, in m-tiles of 16 rows.
+//
+// Z > 1: a request with at most kKvSplitMaxTokens new tokens splits its keys in Z chunks (flash
+// decoding: each task writes a partial result and its log-sum-exp to the layer's workspace; the
+// last of the Z to finish, found with an atomic counter, merges them); a longer request splits its
+// new tokens in Z blocks. The Python spec computes the same split (tasks/paged_attention.py).
+//
+// 1. Append: the new keys (RMSNorm, then rotary embedding, in fp32) and values this task owns (the
+//    positions of its key chunk, or its token block) go into the paged cache. A new key of another
+//    task's token block is computed again from the input where it is needed, never read back from
+//    a cache slot another task writes.
+// 2. Q: the warps of an m-tile normalize and rotate its rows into shared memory (sharing the rows
+//    out), then each holds them as mma A fragments.
+// 3. Keys stream through shared memory in tiles of 16 keys per warp (cp.async, kStages deep, row by
+//    row through the page table, so any page size works). A warp takes 16-key chunks of a tile:
+//    S = Q K^T (mma m16n8k16, fp32), online softmax in fp32 (exp2, lane-partial sums), O += P V
+//    (mma, P rounded to T). Warps that share an m-tile (decode: all of them) split each tile's
+//    chunks and merge their (m, l, O) through shared memory at the end.
+// Tiles of history keys are requested before the append and the Q preparation run, so that their
+// latency overlaps that work; tiles with new keys after a barrier that publishes the append.
+//
+// Fragments (mma.cuh has the PTX layout; lane = 4 g + t):
+// - S = Q K^T permutes the head dimension as linear.cuh does: one 16-byte load of d 8t .. 8t + 7
+//   (+ 32 c) feeds two k-steps, so Q and K use the same permutation.
+// - O += P V: B = V (k: keys, n: d) wants two keys' values at one d in a register: lane g loads 16
+//   bytes (8 d) of each key it needs and pairs two keys' halves with a byte permute. So column n of
+//   n-tile j is d = 64 (j / 8) + 8 n + j % 8, and O reaches global memory through shared memory.
+// - Shared tiles are row-major with 16-byte chunks XOR-swizzled (K and Q: chunk ^ 4 (row & 1); V:
+//   chunk ^ (row & 7)), which makes both read patterns free of bank conflicts.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "primitives/cp_async.cuh"
+#include "primitives/loads.cuh"
+#include "primitives/mma.cuh"
+#include "primitives/vec.cuh"
+#include "primitives/warp.cuh"
+#include "runtime/task_api.cuh"
+
+namespace mpk {
+namespace tasks {
+namespace attn {
+
+constexpr int kKvSplitMaxTokens = 16;  // mpk_runtime/tasks/paged_attention.py: KV_SPLIT_MAX_TOKENS
+constexpr int kWorkspacePad = 4;       // floats after each partial row (its log-sum-exp)
+constexpr int kTileKeys = 16 * kWorkerWarps;
+constexpr int kStages = kWorkerWarps >= 8 ? 2 : 3;  // about 64 KB of keys and values in flight per SM
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kModeAll = 0, kModeKeys = 1, kModeTokens = 2;
+constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads in flight together)
+
+template <typename T, int D>
+struct Smem {
+  static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
+  static constexpr int kQBytes = kWorkerWarps * 16 * kRowBytes;         // q rows of up to kWorkerWarps m-tiles
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;              // K or V of one stage
+  static constexpr int kScratchBytes = kWorkerWarps * (16 * D + 32) * 4;  // O, m, l per warp (merge)
+  static constexpr int kKvBytes = kStages * 2 * kTileBytes > kScratchBytes ? kStages * 2 * kTileBytes : kScratchBytes;
+  static constexpr int kBytes = kQBytes + kKvBytes + 16;  // + the "last split" flag
+};
+
+__device__ __forceinline__ int swizzle_k(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+__device__ __forceinline__ int swizzle_v(int row, int chunk) { return chunk ^ (row & 7); }
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  union {
+    uint32_t u;
+    T v[2];
+  } r;
+  r.v[0] = from_float<T>(lo);
+  r.v[1] = from_float<T>(hi);
+  return r.u;
+}
+
+__device__ __forceinline__ uint32_t word(uint4 v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
+
+// The low (high = false) or high halves of a and b as one register, a's in the low 16 bits (a PRMT).
+__device__ __forceinline__ uint32_t halves(uint32_t a, uint32_t b, bool high) {
+  return high ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
+}
+
+// E consecutive elements of T (E * sizeof(T) = 4 or 8 bytes, aligned) as floats, and back.
+template <typename T, int E>
+struct Raw {
+  using Word = std::conditional_t<E * sizeof(T) == 8, uint2, uint32_t>;
+  union {
+    Word w;
+    T v[E];
+  };
+};
+template <typename T, int E>
+__device__ __forceinline__ void load_elems(T const *p, float (&f)[E]) {
+  Raw<T, E> r;
+  r.w = *reinterpret_cast<typename Raw<T, E>::Word const *>(p);
+#pragma unroll
+  for (int e = 0; e < E; ++e) f[e] = to_float(r.v[e]);
+}
+template <typename T, int E>
+__device__ __forceinline__ void store_elems(T *p, float const (&f)[E]) {
+  Raw<T, E> r;
+#pragma unroll
+  for (int e = 0; e < E; ++e) r.v[e] = from_float<T>(f[e]);
+  *reinterpret_cast<typename Raw<T, E>::Word *>(p) = r.w;
+}
+
+// One warp, up to R rows of one head each (lane: D / 32 consecutive elements): out = rotate_half(
+// rmsnorm(src) * weight) at the row's position, in fp32, handed to put(r, lane_values). Row r is
+// skipped when src(r) is null. All rows' loads are issued before any is used.
+template <typename T, int D, int R, typename Src, typename Pos, typename Put>
+__device__ __forceinline__ void norm_rope_rows(Src src, Pos pos, Put put, T const *weight, T const *cos_tab,
+                                               T const *sin_tab, float eps, int lane) {
+  constexpr int E = D / 32;
+  float x[R][E], c[R][E], s[R][E], w[E];
+  load_elems<T, E>(weight + lane * E, w);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    T const *p = src(r);
+    if (p != nullptr) {
+      size_t const at = static_cast<size_t>(pos(r)) * D + lane * E;
+      load_elems<T, E>(p + lane * E, x[r]);
+      load_elems<T, E>(cos_tab + at, c[r]);
+      load_elems<T, E>(sin_tab + at, s[r]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[r][e] = c[r][e] = s[r][e] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) ss += x[r][e] * x[r][e];
+    float const scale = rsqrtf(warp_sum(ss) / D + eps);
+    float out[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      float const v = x[r][e] * scale * w[e];
+      float const partner = __shfl_xor_sync(0xffffffffu, v, 16);  // d +- D/2 lives 16 lanes away
+      out[e] = v * c[r][e] + (lane < 16 ? -partner : partner) * s[r][e];
+    }
+    if (src(r) != nullptr) put(r, out);
+  }
+}
+
+// What one task does, from its grid index and the iteration's meta tensors (the Python spec's
+// `splits` computes the same).
+struct Plan {
+  int q0, qlen, step, kv_len, page_size;
+  int const *pages;
+  int mode;
+  int kb, ke;    // keys read: positions [kb, ke), before the causal limit of each row
+  int t0, t1;    // tokens whose rows this task computes
+  int w0, w1;    // tokens whose key and value this task appends
+  int in0, in1;  // key positions computed from the input (tokens of other tasks' blocks)
+};
+
+template <int Z>
+__device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt) {
+  Plan p;
+  int const x = task.grid_idx[0], z = task.grid_idx[2];
+  p.q0 = rt.meta.qo_indptr[x];
+  p.qlen = rt.meta.qo_indptr[x + 1] - p.q0;
+  int const first_page = rt.meta.paged_kv_indptr[x];
+  int const num_pages = rt.meta.paged_kv_indptr[x + 1] - first_page;
+  p.page_size = rt.batch.page_size;
+  p.kv_len = (num_pages - 1) * p.page_size + rt.meta.paged_kv_last_page_len[x];
+  p.step = p.kv_len - p.qlen;
+  p.pages = rt.meta.paged_kv_indices + first_page;
+  p.mode = Z == 1 ? kModeAll : (p.qlen <= kKvSplitMaxTokens ? kModeKeys : kModeTokens);
+  p.kb = 0, p.ke = p.kv_len, p.t0 = 0, p.t1 = p.qlen, p.w0 = 0, p.w1 = p.qlen, p.in0 = p.in1 = 0;
+  if (p.mode == kModeKeys) {
+    int const chunk = ((p.kv_len + Z - 1) / Z + 15) / 16 * 16;
+    p.kb = min(p.kv_len, z * chunk);
+    p.ke = min(p.kv_len, (z + 1) * chunk);
+    p.w0 = max(p.kb - p.step, 0);
+    p.w1 = max(p.ke - p.step, 0);
+  } else if (p.mode == kModeTokens) {
+    int const block = (p.qlen + Z - 1) / Z;
+    p.t0 = p.w0 = min(p.qlen, z * block);
+    p.t1 = p.w1 = min(p.qlen, (z + 1) * block);
+    p.ke = p.step + p.t1;
+    p.in0 = p.step;
+    p.in1 = p.step + p.t0;
+  }
+  return p;
+}
+
+}  // namespace attn
+
+template <typename T, int D, int G, int H_KV, int Z>
+constexpr unsigned paged_attention_smem_bytes() {
+  return attn::Smem<T, D>::kBytes;
+}
+
+template <typename T, int D, int G, int H_KV, int Z>
+__device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime const &rt) {
+  using namespace attn;
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
+  static_assert(D == 64 || D == 128, "paged_attention: head_dim 64 or 128");
+  static_assert(G >= 1 && G <= 16 && 16 % G == 0, "paged_attention: 1, 2, 4, 8 or 16 q heads per kv head");
+  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits (the merge counter counts in 8 bits)");
+  constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
+  constexpr int E = D / 32, NT = D / 8, KC = D / 8;  // elements per lane; PV n-tiles; 16-byte chunks per row
+  using S = Smem<T, D>;
+  constexpr float kScale = (D == 64 ? 0.125f : 0.08838834764831845f) * kLog2e;  // log2(e) / sqrt(D)
+
+  Plan const p = plan_of<Z>(task, rt);
+  if (p.qlen <= 0 || p.t0 >= p.t1) return;
+  int const y = task.grid_idx[1], z = task.grid_idx[2], x = task.grid_idx[0];
+  int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  T const *in = task.input<T const>(0);
+  T const *q_norm = task.input<T const>(1);
+  T const *k_norm = task.input<T const>(2);
+  T const *cos_tab = task.input<T const>(3);
+  T const *sin_tab = task.input<T const>(4);
+  T *k_cache = task.output<T>(0);
+  T *v_cache = task.output<T>(1);
+  T *out = task.output<T>(2);
+  float const eps = task.scalar_f(0);
+  unsigned char *smem = dynamic_smem;
+  unsigned char *q_smem = smem;  // one m-tile of q rows per m-tile in flight
+  unsigned char *kv_smem = smem + S::kQBytes;
+  float *scratch = reinterpret_cast<float *>(kv_smem);
+  int *last_flag = reinterpret_cast<int *>(smem + S::kQBytes + S::kKvBytes);
+
+  auto cache_row = [&](T *cache, int pos) {
+    int const page = p.pages[pos / p.page_size];
+    return cache + (static_cast<int64_t>(page) * p.page_size + pos % p.page_size) * SLOT;
+  };
+  auto in_row = [&](int token, int col_head) { return in + static_cast<int64_t>(p.q0 + token) * ROW + col_head * D; };
+
+  int const rows = (p.t1 - p.t0) * G;
+  int const mtiles = (rows + 15) / 16;
+  int mw = 1;  // m-tiles at a time: a power of two; the warps of one m-tile split its keys
+  while (mw * 2 <= mtiles && mw * 2 <= kWorkerWarps) mw *= 2;
+  int const ks_count = kWorkerWarps / mw, my_m = warp / ks_count, my_ks = warp % ks_count;
+  bool const empty_keys = p.kb >= p.ke;
+
+  for (int pass = 0; pass < mtiles && !empty_keys; pass += mw) {
+    int const pass_rows_end = min(rows, (pass + mw) * 16);
+    int const ke = min(p.ke, p.step + p.t0 + (pass_rows_end - 1) / G + 1);  // causal end of the pass
+    int const num_tiles = ke > p.kb ? (ke - p.kb + kTileKeys - 1) / kTileKeys : 0;
+
+    // Requests one stage: tile i of the pass into buffer i % kStages (one commit group, maybe empty).
+    auto issue = [&](int i) {
+      int const k0 = p.kb + i * kTileKeys;
+      unsigned char *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
+      if (i < num_tiles) {
+        // Thread: 16 bytes (chunk c) of every kRowStride-th row; the rows' page lookups go out together.
+        constexpr int kRowStride = kWorkerThreads / KC;
+        int const c = threadIdx.x % KC;
+#pragma unroll
+        for (int r = threadIdx.x / KC; r < kTileKeys; r += kRowStride) {
+          int const pos = k0 + r;
+          bool const valid = pos < ke, from_input = pos >= p.in0 && pos < p.in1;  // those rows: below
+          int64_t offset = 0;
+          if (valid) offset = cache_row(k_cache, pos) - k_cache + c * 8;
+          if (!from_input) {
+            cp_async_16_zfill(ks + r * S::kRowBytes + swizzle_k(r, c) * 16, k_cache + offset, valid);
+            cp_async_16_zfill(vs + r * S::kRowBytes + swizzle_v(r, c) * 16, v_cache + offset, valid);
+          }
+        }
+      }
+      cp_async_commit();
+      int const lo = max(k0, p.in0), hi = min(min(k0 + kTileKeys, ke), p.in1);
+      for (int base = lo + warp * kRowBatch; base < hi; base += kWorkerWarps * kRowBatch) {
+        norm_rope_rows<T, D, kRowBatch>(
+            [&](int r) { return base + r < hi ? in_row(base + r - p.step, H + y) : nullptr; },
+            [&](int r) { return base + r; },
+            [&](int r, float const(&v)[E]) {
+              int const row = base + r - k0, d0 = lane * E;
+              store_elems<T, E>(reinterpret_cast<T *>(ks + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8,
+                                v);
+            },
+            k_norm, cos_tab, sin_tab, eps, lane);
+        for (int r = lane / KC; r < kRowBatch; r += kWarpSize / KC) {
+          int const pos = base + r, c = lane % KC;
+          if (pos < hi)
+            st_16(vs + (pos - k0) * S::kRowBytes + swizzle_v(pos - k0, c) * 16,
+                  ld_16(in_row(pos - p.step, H + H_KV + y) + c * 8));
+        }
+      }
+    };
+
+    // History tiles go out before the append and Q work; tiles that hold new keys after the barrier.
+    int issued = 0;
+    while (issued < kStages && issued < num_tiles && p.kb + (issued + 1) * kTileKeys <= p.step) issue(issued++);
+
+    if (pass == 0) {  // 1. append this task's new keys and values
+      for (int base = p.w0 + warp * kRowBatch; base < p.w1; base += kWorkerWarps * kRowBatch) {
+        norm_rope_rows<T, D, kRowBatch>(
+            [&](int r) { return base + r < p.w1 ? in_row(base + r, H + y) : nullptr; },
+            [&](int r) { return p.step + base + r; },
+            [&](int r, float const(&v)[E]) { store_elems<T, E>(cache_row(k_cache, p.step + base + r) + lane * E, v); },
+            k_norm, cos_tab, sin_tab, eps, lane);
+        for (int r = 0; r < kRowBatch && base + r < p.w1; ++r) {
+          float v[E];
+          load_elems<T, E>(in_row(base + r, H + H_KV + y) + lane * E, v);
+          store_elems<T, E>(cache_row(v_cache, p.step + base + r) + lane * E, v);
+        }
+      }
+    }
+
+    // 2. the q rows of each m-tile, normalized and rotated, into shared memory (the warps of an
+    // m-tile share the work: row r goes to warp r % ks_count of them), then A fragments.
+    int const mtile = pass + my_m;
+    bool const active = my_m < mw && mtile < mtiles;
+    unsigned char *q_tile = q_smem + my_m * 16 * S::kRowBytes;
+    if (active) {
+      int const mine = (16 + ks_count - 1 - my_ks) / ks_count;  // rows my_ks, my_ks + ks_count, ... of 16
+      for (int b = 0; b < mine; b += kRowBatch) {
+        auto row_of = [&](int r) { return my_ks + (b + r) * ks_count; };  // row within the m-tile
+        norm_rope_rows<T, D, kRowBatch>(
+            [&](int r) {
+              int const row = mtile * 16 + row_of(r);
+              return b + r < mine && row < rows ? in_row(p.t0 + row / G, y * G + row % G) : nullptr;
+            },
+            [&](int r) { return p.step + p.t0 + (mtile * 16 + row_of(r)) / G; },
+            [&](int r, float const(&v)[E]) {
+              int const row = row_of(r), d0 = lane * E;
+              store_elems<T, E>(
+                  reinterpret_cast<T *>(q_tile + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8, v);
+            },
+            q_norm, cos_tab, sin_tab, eps, lane);
+      }
+      for (int r = my_ks; r < 16; r += ks_count)  // rows past the task's: zeros
+        if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
+    }
+    __syncthreads();  // the q rows, and the append for every thread's cp.async
+    uint32_t qa[D / 16][4];
+    if (active) {
+#pragma unroll
+      for (int c = 0; c < D / 32; ++c) {
+        uint4 const lo = ld_16(q_tile + g * S::kRowBytes + swizzle_k(g, 4 * c + t) * 16);
+        uint4 const hi = ld_16(q_tile + (g + 8) * S::kRowBytes + swizzle_k(g + 8, 4 * c + t) * 16);
+        qa[2 * c][0] = lo.x, qa[2 * c][1] = hi.x, qa[2 * c][2] = lo.y, qa[2 * c][3] = hi.y;
+        qa[2 * c + 1][0] = lo.z, qa[2 * c + 1][1] = hi.z, qa[2 * c + 1][2] = lo.w, qa[2 * c + 1][3] = hi.w;
+      }
+    }
+    while (issued < kStages) issue(issued++);
+
+    // 3. stream the tiles
+    float o[NT][4], m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    int pos_row[2];  // positions of this lane's rows g and g + 8
+    for (int h = 0; h < 2; ++h) pos_row[h] = p.step + p.t0 + (mtile * 16 + g + 8 * h) / G;
+    int const pos_max = p.step + p.t0 + min(mtile * 16 + 15, rows - 1) / G;
+
+    for (int i = 0; i < num_tiles; ++i) {
+      cp_async_wait_group<kStages - 1>();
+      __syncthreads();
+      unsigned char const *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
+      for (int chunk = my_ks; active && chunk < kTileKeys / 16; chunk += ks_count) {
+        int const kr = chunk * 16, key0 = p.kb + i * kTileKeys + kr;
+        if (key0 >= ke || key0 > pos_max) continue;  // every key masked for every row
+        float s[2][4] = {};
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          int const row = kr + 8 * nt + g;
+#pragma unroll
+          for (int c = 0; c < D / 32; ++c) {
+            uint4 const kv = ld_16(ks + row * S::kRowBytes + swizzle_k(row, 4 * c + t) * 16);
+            mma_m16n8k16<T>(s[nt], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], kv.x, kv.y);
+            mma_m16n8k16<T>(s[nt], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], kv.z, kv.w);
+          }
+        }
+        // s[nt][e]: row g + 8 (e / 2), key key0 + 8 nt + 2 t + e % 2
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+              int const key = key0 + 8 * nt + 2 * t + (e & 1);
+              s[nt][e] = key < ke && key <= pos_row[h] ? s[nt][e] * kScale : -INFINITY;
+              mx = fmaxf(mx, s[nt][e]);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float const m_new = fmaxf(m_run[h], mx);
+          float const base = m_new == -INFINITY ? 0.f : m_new;
+          alpha[h] = exp2f(m_run[h] - base);
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+              s[nt][e] = exp2f(s[nt][e] - base);
+              sum += s[nt][e];
+            }
+          l_run[h] = l_run[h] * alpha[h] + sum;
+          m_run[h] = m_new;
+        }
+        uint32_t const pa0 = pack2<T>(s[0][0], s[0][1]), pa1 = pack2<T>(s[0][2], s[0][3]);
+        uint32_t const pa2 = pack2<T>(s[1][0], s[1][1]), pa3 = pack2<T>(s[1][2], s[1][3]);
+#pragma unroll
+        for (int hh = 0; hh < D / 64; ++hh) {
+          int const r0 = kr + 2 * t;
+          uint4 const v0 = ld_16(vs + r0 * S::kRowBytes + swizzle_v(r0, 8 * hh + g) * 16);
+          uint4 const v1 = ld_16(vs + (r0 + 1) * S::kRowBytes + swizzle_v(r0 + 1, 8 * hh + g) * 16);
+          uint4 const v8 = ld_16(vs + (r0 + 8) * S::kRowBytes + swizzle_v(r0 + 8, 8 * hh + g) * 16);
+          uint4 const v9 = ld_16(vs + (r0 + 9) * S::kRowBytes + swizzle_v(r0 + 9, 8 * hh + g) * 16);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            int const j = 8 * hh + e;
+            o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+            uint32_t const b0 = halves(word(v0, e / 2), word(v1, e / 2), e & 1);
+            uint32_t const b1 = halves(word(v8, e / 2), word(v9, e / 2), e & 1);
+            mma_m16n8k16<T>(o[j], pa0, pa1, pa2, pa3, b0, b1);
+          }
+        }
+      }
+      __syncthreads();  // buffer i % kStages is free
+      if (i + kStages < num_tiles)
+        issue(i + kStages);
+      else
+        cp_async_commit();
+    }
+    cp_async_wait_all();
+
+    // Merge the warps of each m-tile: (m, l, O) per warp and row into shared memory, then per row.
+    float *my_o = scratch + warp * (16 * D + 32), *my_ml = my_o + 16 * D;
+    if (active) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int const row = g + 8 * (e / 2), n = 2 * t + (e & 1);
+          my_o[row * D + 64 * (j / 8) + 8 * n + j % 8] = o[j][e];
+        }
+      if (t == 0) {
+        my_ml[g] = m_run[0], my_ml[g + 8] = m_run[1];
+        my_ml[16 + g] = l_run[0], my_ml[16 + g + 8] = l_run[1];
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < mw * 16 * KC; idx += kWorkerThreads) {
+      int const mi = idx / (16 * KC), r = idx / KC % 16, c = idx % KC, row = (pass + mi) * 16 + r;
+      if (row >= rows) continue;
+      float mx = -INFINITY;
+      for (int k = 0; k < ks_count; ++k) mx = fmaxf(mx, scratch[(mi * ks_count + k) * (16 * D + 32) + 16 * D + r]);
+      float acc[8] = {}, l = 0.f;
+      for (int k = 0; k < ks_count && mx != -INFINITY; ++k) {
+        float const *wo = scratch + (mi * ks_count + k) * (16 * D + 32);
+        float const f = exp2f(wo[16 * D + r] - mx);
+        l += wo[16 * D + 16 + r] * f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] += wo[r * D + c * 8 + e] * f;
+      }
+      float const inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= inv;
+      int const token = p.t0 + row / G, head = row % G;
+      if (p.mode != kModeKeys) {
+        float lo[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) lo[e] = acc[e];
+        store16(out + static_cast<int64_t>(p.q0 + token) * OUT_STRIDE + head * D + c * 8, lo);
+      } else {
+        int const cap = rt.batch.max_num_batched_tokens <= rt.batch.max_num_batched_requests * kKvSplitMaxTokens
+                            ? p.q0 + token
+                            : x * kKvSplitMaxTokens + token;
+        float *ws = task.input<float>(5) + (2 * rt.batch.max_num_batched_requests * H_KV + 3) / 4 * 4;
+        float *part = ws + ((static_cast<int64_t>(cap * H_KV + y) * G + head) * Z + z) * (D + kWorkspacePad);
+        reinterpret_cast<float4 *>(part + c * 8)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        reinterpret_cast<float4 *>(part + c * 8)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        if (c == 0) part[D] = l > 0.f ? mx + log2f(l) : -INFINITY;
+      }
+    }
+    __syncthreads();  // the scratch is the next pass's tiles
+  }
+
+  if constexpr (Z > 1) {
+    if (p.mode != kModeKeys) return;
+    float *ws = task.input<float>(5);
+    float *parts = ws + (2 * rt.batch.max_num_batched_requests * H_KV + 3) / 4 * 4;
+    auto part_of = [&](int token, int head, int zz) {
+      int const cap = rt.batch.max_num_batched_tokens <= rt.batch.max_num_batched_requests * kKvSplitMaxTokens
+                          ? p.q0 + token
+                          : x * kKvSplitMaxTokens + token;
+      return parts + ((static_cast<int64_t>(cap * H_KV + y) * G + head) * Z + zz) * (D + kWorkspacePad);
+    };
+    if (empty_keys)  // nothing to contribute: say so
+      for (int row = threadIdx.x; row < rows; row += kWorkerThreads) part_of(p.t0 + row / G, row % G, z)[D] = -INFINITY;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // Count this split done: (launch, iteration) tag | count. A count of another tag, or already
+      // full, is stale (an earlier iteration, or a fresh workspace) and starts over.
+      auto *counter = reinterpret_cast<unsigned long long *>(ws) + x * H_KV + y;
+      unsigned long long const tag = (static_cast<unsigned long long>(rt.launch_id) << 32) |
+                                     (static_cast<unsigned long long>(rt.iteration & 0xffffffu) << 8);
+      __threadfence();  // this task's partials before its count
+      unsigned long long seen = 0, next;
+      for (;;) {
+        next = (seen & ~0xffull) == tag && (seen & 0xffull) < Z ? seen + 1 : tag | 1ull;
+        unsigned long long const was = atomicCAS(counter, seen, next);
+        if (was == seen) break;
+        seen = was;
+      }
+      *last_flag = (next & 0xffull) == Z;
+    }
+    __syncthreads();
+    if (!*last_flag) return;
+    __threadfence();  // the other splits' partials after their counts (plain loads: the fence orders them)
+    for (int idx = threadIdx.x; idx < rows * KC; idx += kWorkerThreads) {
+      int const row = idx / KC, c = idx % KC, token = row / G, head = row % G;
+      float mx = -INFINITY;
+      for (int zz = 0; zz < Z; ++zz) mx = fmaxf(mx, part_of(token, head, zz)[D]);
+      float acc[8] = {}, wsum = 0.f;
+      for (int zz = 0; zz < Z && mx != -INFINITY; ++zz) {
+        float const *part = part_of(token, head, zz);
+        float const lse = part[D];
+        if (lse == -INFINITY) continue;
+        float const f = exp2f(lse - mx);
+        float4 const a = reinterpret_cast<float4 const *>(part + c * 8)[0];
+        float4 const b = reinterpret_cast<float4 const *>(part + c * 8)[1];
+        acc[0] += f * a.x, acc[1] += f * a.y, acc[2] += f * a.z, acc[3] += f * a.w;
+        acc[4] += f * b.x, acc[5] += f * b.y, acc[6] += f * b.z, acc[7] += f * b.w;
+        wsum += f;
+      }
+      float const inv = wsum > 0.f ? 1.f / wsum : 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= inv;
+      store16(out + static_cast<int64_t>(p.q0 + token) * OUT_STRIDE + head * D + c * 8, acc);
+    }
+  }
+}
+
+}  // namespace tasks
+}  // namespace mpk

@@ -1,0 +1,1 @@
+"""Scene tests of paged attention (a package, so that the scenes can share common.py)."""
