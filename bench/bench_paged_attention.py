@@ -144,8 +144,8 @@ def torch_decode_us(b: int, s: int) -> tuple[float, float]:
     table = torch.randperm(b * s // PAGE, device="cuda").view(b, s // PAGE)
 
     def gather_sdpa():
-        kk = kc[table].view(b, s, HKV, D).transpose(1, 2)
-        vv = vc[table].view(b, s, HKV, D).transpose(1, 2)
+        kk = kc[table].reshape(b, s, HKV, D).transpose(1, 2)
+        vv = vc[table].reshape(b, s, HKV, D).transpose(1, 2)
         return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True)
 
     return sdpa_us, timing.time_us(graphed(gather_sdpa), reps=50)
