@@ -1,0 +1,72 @@
+"""nvcc: finding it, the flags of a target arch (from the arch table), the csrc headers a source
+includes, and one compile."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from .. import archs
+from ..errors import BuildError, ConfigError
+from .. import resources
+
+COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"]
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def nvcc() -> str:
+    path = shutil.which("nvcc") or next(
+        (str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc",) if p.exists()), None
+    )
+    if path is None:
+        raise BuildError("nvcc not found on PATH or in $CUDA_HOME/bin; install the CUDA toolkit (13.0) or set CUDA_HOME")
+    return path
+
+
+@cache
+def nvcc_version(path: str) -> str:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def flags_for(arch: str, python_extension: bool = False) -> list[str]:
+    """nvcc flags for ``arch``; a Python extension (the pybind11 task-body modules) also gets the
+    pybind11 and Python headers, whose paths (and so the Python version) enter the cache key."""
+    if arch not in archs.ARCHS:
+        raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(archs.NAMES)}")
+    extra: list[str] = []
+    if python_extension:
+        import sysconfig
+
+        import pybind11
+
+        extra = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}", "-Xcompiler", "-fvisibility=hidden"]
+    return COMMON_FLAGS + [f"-I{resources.CSRC}"] + archs.ARCHS[arch].nvcc_flags + extra
+
+
+def included_headers(source: str) -> list[Path]:
+    """Every csrc header ``source`` includes, transitively (quoted includes resolve under csrc)."""
+    seen: dict[Path, None] = {}
+    todo = list(_INCLUDE.findall(source))
+    while todo:
+        path = (resources.CSRC / todo.pop()).resolve()
+        if path in seen or not path.is_file():
+            continue
+        seen[path] = None
+        todo.extend(_INCLUDE.findall(path.read_text()))
+    return sorted(seen)
+
+
+def compile_to(source_path: Path, out: Path, arch: str, python_extension: bool = False) -> None:
+    """Run nvcc on ``source_path`` into ``out``; BuildError with the compiler's output on failure."""
+    cmd = [nvcc(), *flags_for(arch, python_extension), "-o", str(out), str(source_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(
+            f"nvcc failed ({proc.returncode}) building {source_path} for {arch}:\n{proc.stderr.strip() or proc.stdout.strip()}"
+            f"\ncommand: {' '.join(cmd)}"
+        )
