@@ -22,9 +22,22 @@ from ..graph.compiled import FORMAT_VERSION, CompiledGraph
 
 SIGNATURE_FORMAT = "mpk-signature"
 # The init parameters a signature records: what a replay needs to rebuild the same kernel.
-SIGNATURE_PARAMS = ("mode", "world_size", "mpi_rank", "num_workers", "num_local_schedulers", "max_num_batched_tokens",
-                    "max_num_batched_requests", "max_num_pages", "page_size", "max_seq_length", "eos_token_id",
-                    "test_mode", "placement", "watchdog_timeout")
+SIGNATURE_PARAMS = (
+    "mode",
+    "world_size",
+    "mpi_rank",
+    "num_workers",
+    "num_local_schedulers",
+    "max_num_batched_tokens",
+    "max_num_batched_requests",
+    "max_num_pages",
+    "page_size",
+    "max_seq_length",
+    "eos_token_id",
+    "test_mode",
+    "placement",
+    "watchdog_timeout",
+)
 
 
 @dataclass(frozen=True)
@@ -46,19 +59,31 @@ class Signature:
 
     def to_json(self) -> dict:
         return {
-            "format": SIGNATURE_FORMAT, "version": FORMAT_VERSION, "arch": self.arch, "rank": self.rank,
+            "format": SIGNATURE_FORMAT,
+            "version": FORMAT_VERSION,
+            "arch": self.arch,
+            "rank": self.rank,
             "params": self.params,
-            "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "direction": t.direction,
-                         "kind": t.kind, **({"derived_from": t.derived_from} if t.derived_from else {})}
-                        for t in self.tensors],
+            "tensors": [
+                {
+                    "name": t.name,
+                    "shape": list(t.shape),
+                    "dtype": t.dtype,
+                    "direction": t.direction,
+                    "kind": t.kind,
+                    **({"derived_from": t.derived_from} if t.derived_from else {}),
+                }
+                for t in self.tensors
+            ],
         }
 
     @classmethod
     def of(cls, graph: CompiledGraph, derived: dict[str, dict], params: Any) -> Signature:
         """The signature of a compiled graph: its tensors, how the derived ones were made
         (``derived``: name -> recipe), and the SIGNATURE_PARAMS of ``params`` (attributes)."""
-        tensors = tuple(SignatureTensor(t.name, t.shape, t.dtype, t.direction, t.kind, derived.get(t.name))
-                        for t in graph.tensors)
+        tensors = tuple(
+            SignatureTensor(t.name, t.shape, t.dtype, t.direction, t.kind, derived.get(t.name)) for t in graph.tensors
+        )
         return cls(graph.arch, graph.rank, {k: getattr(params, k) for k in SIGNATURE_PARAMS}, tensors)
 
     @classmethod
@@ -89,8 +114,14 @@ def paths(output_dir: str | Path, rank: int) -> dict[str, Path]:
     }
 
 
-def write(output_dir: str | Path, rank: int, source: str, graph: CompiledGraph, signature: Signature,
-          meta_overrides: dict[str, torch.Tensor]) -> dict[str, Path]:
+def write(
+    output_dir: str | Path,
+    rank: int,
+    source: str,
+    graph: CompiledGraph,
+    signature: Signature,
+    meta_overrides: dict[str, torch.Tensor],
+) -> dict[str, Path]:
     where = paths(output_dir, rank)
     write_if_changed(where["source"], source)
     write_if_changed(where["graph"], dumps(graph.to_json()))
@@ -113,12 +144,16 @@ def read(output_dir: str | Path, rank: int) -> CompileOutput:
         )
     graph_doc = _load_json(where["graph"])
     signature_doc = _load_json(where["signature"])
-    for data, kind, path in ((graph_doc, "mpk-task-graph", where["graph"]),
-                             (signature_doc, SIGNATURE_FORMAT, where["signature"])):
+    for data, kind, path in (
+        (graph_doc, "mpk-task-graph", where["graph"]),
+        (signature_doc, SIGNATURE_FORMAT, where["signature"]),
+    ):
         if not isinstance(data, dict) or data.get("format") != kind or data.get("version") != FORMAT_VERSION:
             found = (data.get("format"), data.get("version")) if isinstance(data, dict) else (type(data).__name__, None)
-            raise GraphError(f"{path}: expected {kind} version {FORMAT_VERSION}, found {found[0]} version {found[1]}; "
-                             f"recompile to refresh the directory")
+            raise GraphError(
+                f"{path}: expected {kind} version {FORMAT_VERSION}, found {found[0]} version {found[1]}; "
+                f"recompile to refresh the directory"
+            )
     graph = CompiledGraph.from_json(graph_doc, str(where["graph"]))
     signature = Signature.from_json(signature_doc, str(where["signature"]))
     from .signature_reader import check_against_graph

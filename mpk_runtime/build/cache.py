@@ -23,8 +23,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..contract import ABI_VERSION
 from .. import resources
+from ..contract import ABI_VERSION
 from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
 
 MODULE = "module.so"
@@ -98,9 +98,16 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
         try:
             (tmp / SOURCE).write_text(source)
             compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
-            record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()),
-                      "flags": flags_for(arch, python_extension),
-                      "module_sha256": _sha256(tmp / MODULE), "built_by_pid": os.getpid(), "built_at": time.time()}
+            record = {
+                "key": key,
+                "arch": arch,
+                "name": name,
+                "nvcc": nvcc_version(nvcc()),
+                "flags": flags_for(arch, python_extension),
+                "module_sha256": _sha256(tmp / MODULE),
+                "built_by_pid": os.getpid(),
+                "built_at": time.time(),
+            }
             (tmp / RECORD).write_text(json.dumps(record, indent=1))
             os.rename(tmp, entry)
         finally:

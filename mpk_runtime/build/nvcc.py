@@ -10,9 +10,8 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from .. import archs
+from .. import archs, resources
 from ..errors import BuildError, ConfigError
-from .. import resources
 
 COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"]
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)

@@ -40,11 +40,12 @@ def init_params(plan: ReplayPlan, overrides: dict[str, Any]) -> dict[str, Any]:
 def check_kernel(out: CompileOutput, arch: str, num_workers: int) -> None:
     """ConfigError unless a kernel of ``arch`` with ``num_workers`` can run the saved graph."""
     if arch != out.signature.arch:
-        raise ConfigError(f"{out.directory} was generated for {out.signature.arch}; replay it with that target_cc, "
-                          f"not {arch}")
+        raise ConfigError(f"{out.directory} was generated for {out.signature.arch}; replay it with that target_cc, not {arch}")
     if num_workers != out.graph.schedule.num_workers:
-        raise ConfigError(f"{out.directory} was scheduled for num_workers={out.graph.schedule.num_workers}; "
-                          f"replay it with the same num_workers, not {num_workers}")
+        raise ConfigError(
+            f"{out.directory} was scheduled for num_workers={out.graph.schedule.num_workers}; "
+            f"replay it with the same num_workers, not {num_workers}"
+        )
 
 
 def plan(output_dir: str | Path, rank: int) -> ReplayPlan:
@@ -68,11 +69,15 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
     unknown = sorted(set(bound) - set(wanted))
     missing = sorted(set(wanted) - set(bound))
     if unknown or missing:
-        raise GraphError(f"replay of {out.directory}: tensors must match its signature; missing {missing or 'none'}, "
-                         f"unknown {unknown or 'none'}")
+        raise GraphError(
+            f"replay of {out.directory}: tensors must match its signature; missing {missing or 'none'}, "
+            f"unknown {unknown or 'none'}"
+        )
     for name, want in wanted.items():
         given = bound[name]
         if list(given.shape) != list(want.shape) or dtypes.lookup(given.dtype).short != want.dtype:
-            raise ShapeError(f"replay of {out.directory}: tensor {name!r} must be {want.dtype} {tuple(want.shape)}, "
-                             f"got {dtypes.lookup(given.dtype).short} {tuple(given.shape)}")
+            raise ShapeError(
+                f"replay of {out.directory}: tensor {name!r} must be {want.dtype} {tuple(want.shape)}, "
+                f"got {dtypes.lookup(given.dtype).short} {tuple(given.shape)}"
+            )
     return {name: bound[name] for name in wanted}

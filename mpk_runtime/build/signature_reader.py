@@ -28,8 +28,9 @@ def read_signature(data: Any, where: str) -> Signature:
         derived = f.get("derived_from", None).value
         if derived is not None and not isinstance(derived, dict):
             raise f["derived_from"].fail(f"expected an object, got {derived!r}")
-        tensors.append(SignatureTensor(name, f["shape"].ints(1), f["dtype"].as_str(), direction,
-                                       f.get("kind", "attached").as_str(), derived))
+        tensors.append(
+            SignatureTensor(name, f["shape"].ints(1), f["dtype"].as_str(), direction, f.get("kind", "attached").as_str(), derived)
+        )
     arch = doc["arch"].as_str()
     return Signature(arch, doc.get("rank", 0).as_int(), params, tuple(tensors))
 
@@ -42,7 +43,9 @@ def check_against_graph(signature: Signature, graph: Any, where: str) -> None:
         if s is None:
             raise GraphError(f"{where}: the task graph uses tensor {t.name!r}, which the signature does not list")
         if tuple(s.shape) != tuple(t.shape) or s.dtype != t.dtype:
-            raise GraphError(f"{where}: tensor {t.name!r} is {s.dtype} {list(s.shape)} in the signature but "
-                             f"{t.dtype} {list(t.shape)} in the task graph; the directory is inconsistent (recompile it)")
+            raise GraphError(
+                f"{where}: tensor {t.name!r} is {s.dtype} {list(s.shape)} in the signature but "
+                f"{t.dtype} {list(t.shape)} in the task graph; the directory is inconsistent (recompile it)"
+            )
     if signature.arch != graph.arch:
         raise GraphError(f"{where}: the signature is for {signature.arch}, the task graph for {graph.arch}")
