@@ -38,9 +38,15 @@ class SceneClass(pytest.Collector):
         items: list[pytest.Item] = []
         for arch in mpk.archs:
             for case in self.cls.CASES:
-                items.append(CaseItem.from_parent(self, name=f"{case.name}[{arch}]", case=case, arch=arch))
+                items.append(
+                    CaseItem.from_parent(
+                        self, name=f"{case.name}[{arch}]", nodeid=_item_id(self, case.name, arch), case=case, arch=arch
+                    )
+                )
             if self.cls.SWEEP:
-                items.append(SweepItem.from_parent(self, name=f"sweep[{arch}]", arch=arch, keys=keys))
+                items.append(
+                    SweepItem.from_parent(self, name=f"sweep[{arch}]", nodeid=_item_id(self, "sweep", arch), arch=arch, keys=keys)
+                )
         return items
 
     def _validate(self, scene: SceneTestCase) -> tuple[str, ...]:
@@ -235,6 +241,18 @@ class SweepItem(_SceneItem):
         # parametrized tests), so saved failures replay in the sweep that found them.
         sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = self.nodeid.encode()
         sweep_case()
+
+
+def _item_id(parent: pytest.Collector, base: str, arch: str) -> Any:
+    """The node id of ``base[arch]`` under ``parent``, shaped as pytest shapes a parametrized test's.
+
+    pytest 9.2 compares structured ids (path, names, params); the ids it reads back from its cache
+    (``--lf``, ``--ff``, ``--sw``) are parsed with the bracket as params, so an item must carry its
+    arch as params, not as part of its name, to be recognised. Older pytest compares the strings,
+    which are the same either way."""
+    if hasattr(parent, "id"):  # pytest >= 9.2
+        return parent.id.child(base).with_params(arch)
+    return f"{parent.nodeid}::{base}[{arch}]"
 
 
 @functools.cache  # inspect parses the module: once per class, not once per item

@@ -201,3 +201,21 @@ def test_a_mistake_in_the_scene_shows_the_scene_s_frames(pytester: pytest.Pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([">*return args.inptu", "E*AttributeError: *'inptu'*", "test_scene.py:*: AttributeError"])
     result.stdout.no_fnmatch_line("*pytest_mpk*")
+
+
+def test_an_inner_run_does_not_warn_about_assertion_rewriting(pytester: pytest.Pytester, scenes) -> None:
+    """An in-process run finds the plugin as this process imported it (from the installation, not
+    the checkout), so pytest has no module of ours to mark for rewriting after the fact."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+    """
+    )
+    result = pytester.runpytest_inprocess("--collect-only")
+    result.stdout.no_fnmatch_line("*PytestAssertRewriteWarning*")
+    result.stdout.no_fnmatch_line("*already imported*")
