@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,13 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
 def test_edited_source_is_rebuilt(pytester: pytest.Pytester, scenes) -> None:
     kept = kept_case(pytester)
     source = kept / "test_rank0.cu"
-    source.write_text(source.read_text() + f"// edited by {pytester.path.name}\n")  # a source no other test builds
+    edit = f"// edited by {uuid.uuid4().hex}\n"  # a source no other test, nor an earlier run, builds
+    source.write_text(source.read_text() + edit)
 
     result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["replayed *", "module built: *"])
-    assert source.read_text().endswith(f"// edited by {pytester.path.name}\n")
+    assert source.read_text().endswith(edit)
 
     result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA")  # the edited source, built once
     result.assert_outcomes(passed=1)
