@@ -222,6 +222,12 @@ class CaseItem(_SceneItem):
 
 
 class SweepItem(_SceneItem):
+    """The class's SWEEP as one Hypothesis test. By default a quick sweep: a few derandomized
+    examples, the same in every run, whose modules are built together (nvcc in parallel) before the
+    examples run, so a run builds them once and a later run finds them all in the cache. With
+    ``--mpk-sweep-examples N``, or a Hypothesis profile picked on the command line, the long sweep:
+    the examples Hypothesis draws, new shapes (and builds) each run."""
+
     def __init__(self, *, keys: tuple[str, ...], **kwargs: Any):
         super().__init__(**kwargs)
         self.keys = keys
@@ -230,17 +236,40 @@ class SweepItem(_SceneItem):
         from hypothesis import given, settings
         from hypothesis import strategies as st
 
-        sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
+        from .session import SESSION_KEY
 
-        @settings(deadline=None)  # every example compiles a kernel: seconds, not milliseconds
+        mpk = self.config.stash[SESSION_KEY]
+        sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
+        drawn: list[dict[str, Any]] = []
+        collecting = [mpk.quick_sweeps]
+
+        @settings(**mpk.sweep_settings())
         @given(params=st.fixed_dictionaries(sweep))
         def sweep_case(params: dict[str, Any]) -> None:
-            self._run(params, None)
+            if collecting[0]:
+                drawn.append(params)
+            else:
+                self._run(params, None)
 
         # Each sweep its own key in Hypothesis' example database (as its pytest plugin does for
-        # parametrized tests), so saved failures replay in the sweep that found them.
+        # parametrized tests), so saved failures replay in the sweep that found them; and, being
+        # derandomized by that digest, the quick sweep draws the same examples in every run.
         sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = self.nodeid.encode()
+        if collecting[0]:
+            sweep_case()  # draws the examples only: derandomized, the run below draws the same ones
+            collecting[0] = False
+            self._prebuild(mpk, drawn)
         sweep_case()
+
+    def _prebuild(self, mpk, drawn: list[dict[str, Any]]) -> None:
+        from .runner import prebuild
+
+        setup = self._setup(mpk)
+        if setup.replay is not None:
+            return
+        built = prebuild(self.scene_class.cls(), drawn, setup, mpk.build_jobs())
+        if built:
+            self._notes[f"{built} modules of the sweep built together before its examples ran"] = None
 
 
 def _item_id(parent: pytest.Collector, base: str, arch: str) -> Any:

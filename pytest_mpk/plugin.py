@@ -34,6 +34,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of examples, got {text!r}")
+    return value
+
+
 def _case_selector(text: str) -> str:
     cls, sep, name = text.partition("::")
     if not sep or not cls.isidentifier() or not name or "[" in name:
@@ -94,6 +104,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="mpk_replay",
         metavar="DIR",
         help="Run the selected scenes against this compile output directory instead of building them",
+    )
+    group.addoption(
+        "--mpk-sweep-examples",
+        dest="mpk_sweep_examples",
+        metavar="N",
+        type=_positive_int,
+        help="The long sweep: N new examples per SWEEP each run (default: a few fixed examples, built once)",
     )
     group.addoption(
         "--mpk-profile",
