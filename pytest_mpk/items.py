@@ -65,23 +65,67 @@ class SceneClass(pytest.Collector):
             raise self.CollectError(f"{where}: case names must be unique; repeated: {', '.join(dupes)}")
         if not isinstance(cls.SWEEP, dict):
             raise self.CollectError(f"{where}: SWEEP must be a dict of parameter name -> Hypothesis strategy")
-        keys = tuple(cls.PARAMS or (cls.SWEEP.keys() if cls.SWEEP else (cases[0].params.keys() if cases else ())))
-        unswept = [k for k in keys if cls.SWEEP and k not in cls.SWEEP]
+        defaults = cls.DEFAULTS
+        if not isinstance(defaults, dict):
+            raise self.CollectError(f"{where}: DEFAULTS must be a dict of parameter name -> value, got {defaults!r}")
+        declared = tuple(cls.PARAMS or cls.SWEEP.keys())
+        unswept = [k for k in declared if cls.SWEEP and k not in cls.SWEEP and k not in defaults]
         if unswept:
-            raise self.CollectError(f"{where}: SWEEP lacks strategies for {unswept} (the scene's parameters are {list(keys)})")
+            raise self.CollectError(
+                f"{where}: SWEEP lacks strategies for {unswept} (the scene's parameters are {list(declared)})"
+            )
+        given = [k for c in cases for k in c.params]
+        keys = tuple(dict.fromkeys([*declared, *defaults, *sorted(dict.fromkeys(given), key=lambda k: -given.count(k))]))
         for c in cases:
-            unknown = [k for k in c.params if k not in keys]
-            for k in unknown:
-                near = difflib.get_close_matches(k, keys, n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join(keys)}"
-                raise self.CollectError(f"{where}: Case {c.name!r} has an unknown key {k!r}{hint}")
-            missing = [k for k in keys if k not in c.params]
-            if missing:
-                raise self.CollectError(f"{where}: Case {c.name!r} lacks {', '.join(map(repr, missing))}")
-        sample = cases[0].params if cases else None
-        if sample is not None:
-            self._check_outputs_and_golden(scene, sample)
-        return keys
+            self._check_case_keys(c, keys, declared, defaults)
+        if cases:
+            self._check_outputs_and_golden(scene, {**defaults, **cases[0].params})
+            self._check_params_read(scene, cases, defaults)
+        return tuple(dict.fromkeys([*declared, *defaults])) or keys
+
+    def _check_case_keys(self, case: Case, keys: tuple[str, ...], declared: tuple[str, ...], defaults: dict[str, Any]) -> None:
+        """With PARAMS, a case gives exactly those (less the DEFAULTS). Without, a key that other cases
+        leave out is optional, unless it looks like a misspelling of another key."""
+        where = self.cls.__qualname__
+        for k in case.params:
+            if self.cls.PARAMS and k not in declared and k not in defaults:
+                near = difflib.get_close_matches(k, [*declared, *defaults], n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join([*declared, *defaults])}"
+                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}{hint}")
+            # A key that only some cases give must not look like another key; of two look-alikes, the
+            # misspelling is the one fewer cases give (else the later one).
+            near = difflib.get_close_matches(k, keys[: keys.index(k)], n=1, cutoff=0.8)
+            optional = k not in declared and k not in defaults and not all(k in c.params for c in self.cls.CASES)
+            if optional and near:
+                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}; did you mean {near[0]!r}?")
+        missing = [k for k in declared if k not in case.params and k not in defaults]
+        if missing:
+            raise self.CollectError(f"{where}: Case {case.name!r} lacks {', '.join(map(repr, missing))}")
+
+    def _check_params_read(self, scene: SceneTestCase, cases: list[Case], defaults: dict[str, Any]) -> None:
+        """A case that leaves a parameter out is refused if generate_args reads it as params[...]
+        (params.get(...) is how a scene reads an optional one), once per distinct set of keys."""
+        from .arg_names import generate_with_placeholders
+
+        seen: set[frozenset[str]] = set()
+        for case in cases:
+            params = {**defaults, **case.params}
+            if frozenset(params) in seen:
+                continue
+            seen.add(frozenset(params))
+            try:
+                generate_with_placeholders(scene.generate_args, params)
+            except KeyError as e:
+                name = e.args[0] if e.args else None
+                others = {k for c in cases for k in c.params}
+                if isinstance(name, str) and name not in params and name in others:
+                    raise self.CollectError(
+                        f"{self.cls.__qualname__}: Case {case.name!r} lacks {name!r}, which generate_args reads as "
+                        f"params[{name!r}]; give it, read it with params.get({name!r}, default), or declare "
+                        f"DEFAULTS = {{{name!r}: ...}}"
+                    ) from None
+            except Exception:  # noqa: BLE001 - checked when the case runs (see _check_outputs_and_golden)
+                pass
 
     def _check_outputs_and_golden(self, scene: SceneTestCase, params: dict[str, Any]) -> None:
         """Run generate_args with placeholder tensors (no memory, no time) to catch a scene without
@@ -218,7 +262,7 @@ class CaseItem(_SceneItem):
             self.add_marker(pytest.mark.skip(reason=f"manual case: run it with --mpk-case {self.selector}"))
 
     def _runtest(self) -> None:
-        self._run(dict(self.case.params), self.case)
+        self._run({**self.scene_class.cls.DEFAULTS, **self.case.params}, self.case)
 
 
 class SweepItem(_SceneItem):
@@ -240,6 +284,7 @@ class SweepItem(_SceneItem):
 
         mpk = self.config.stash[SESSION_KEY]
         sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
+        defaults = self.scene_class.cls.DEFAULTS
         drawn: list[dict[str, Any]] = []
         collecting = [mpk.quick_sweeps]
 
@@ -249,7 +294,7 @@ class SweepItem(_SceneItem):
             if collecting[0]:
                 drawn.append(params)
             else:
-                self._run(params, None)
+                self._run({**defaults, **params}, None)
 
         # Each sweep its own key in Hypothesis' example database (as its pytest plugin does for
         # parametrized tests), so saved failures replay in the sweep that found them; and, being
@@ -267,7 +312,8 @@ class SweepItem(_SceneItem):
         setup = self._setup(mpk)
         if setup.replay is not None:
             return
-        built = prebuild(self.scene_class.cls(), drawn, setup, mpk.build_jobs())
+        defaults = self.scene_class.cls.DEFAULTS
+        built = prebuild(self.scene_class.cls(), [{**defaults, **d} for d in drawn], setup, mpk.build_jobs())
         if built:
             self._notes[f"{built} modules of the sweep built together before its examples ran"] = None
 

@@ -148,6 +148,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(mpk, "mpk-session")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which installation runs: the packages' location and version (found without importing them)."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("mpk_runtime")
+    where = spec.origin if spec is not None else "not found"
+    return f"mpk: pytest-mpk {importlib.metadata.version('pytest-mpk')}, mpk_runtime at {where}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own answer (the CPU count), which would win otherwise
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one worker per visible GPU (None: xdist's own default, e.g. without GPUs)."""

@@ -115,7 +115,8 @@ class SceneTestCase:
 
     CASES: list[Case] = []
     SWEEP: dict[str, Any] = {}
-    PARAMS: tuple[str, ...] | None = None  # the parameter names; default: SWEEP's keys, else the first case's
+    PARAMS: tuple[str, ...] | None = None  # the parameter names every case gives; default: SWEEP's keys
+    DEFAULTS: dict[str, Any] = {}  # parameters a case (or SWEEP) may leave out: filled in before generate_args
 
     def generate_args(self, params: dict[str, Any]) -> dict[str, Any]:
         """Every argument by name: CPU tensors (inputs) and Out / InOut wrapped tensors."""
