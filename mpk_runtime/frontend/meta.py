@@ -145,11 +145,13 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
         i = lengths.index(longest)
         if "prompt_lengths" in given:
             reasons.append(
-                f"prompt_lengths[{i}] = {longest} must be in [1, max_seq_length={p.max_seq_length}]: a prompt must fit its row of tokens"
+                f"prompt_lengths[{i}] = {longest} must be in [1, max_seq_length={p.max_seq_length}]: "
+                f"a prompt must fit its row of tokens"
             )
         else:
             reasons.append(
-                f"the default prompt is max_num_batched_tokens={longest} tokens long, which does not fit max_seq_length={p.max_seq_length}"
+                f"the default prompt is max_num_batched_tokens={longest} tokens long, which does not fit "
+                f"max_seq_length={p.max_seq_length}"
             )
         need["max_seq_length"] = longest
     batched = p.max_num_batched_tokens
