@@ -99,3 +99,41 @@ def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines(
         [f"GraphError: {glob.escape(str(empty))} is not a compile output directory of rank 0: missing *test_rank0.cu*"]
     )
+
+
+TWO_HOPS = """
+import torch
+from pytest_mpk import Case, scene_test
+from scenes import ProbeScene
+
+@scene_test(layer="probe")
+class TestTwoHops(ProbeScene):
+    '''x -> mid (an intermediate the runtime owns) -> y, one probe layer each.'''
+
+    CASES = [Case("b2", batch=2)]
+
+    def build(self, pk, t, params):
+        grid = (params["batch"], 1, 1)
+        mid = pk.new_tensor((params["batch"], 4), torch.int32, "mid")
+        pk.noop_layer(inputs=[t.x], outputs=[mid], grid_dim=grid, block_dim=pk.block_dim, probe=True)
+        pk.noop_layer(inputs=[mid], outputs=[t.y], grid_dim=grid, block_dim=pk.block_dim, probe=True)
+
+    def compute_golden(self, args, params):
+        return args.x.amax(dim=1, keepdim=True).expand_as(args.x) + 2
+"""
+
+
+def test_a_scene_with_intermediates_replays(pytester: pytest.Pytester, scenes) -> None:
+    """The replay allocates the intermediates the signature lists (the scene attaches only x and y)."""
+    pytester.makepyfile(test_scene=TWO_HOPS)
+    pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestTwoHops_b2_sm90"
+    signature = (kept / "signature_rank0.json").read_text()
+    assert '"mid"' in signature and '"intermediate"' in signature
+
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestTwoHops::b2", "-v", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_scene.py::TestTwoHops::b2[[]sm90[]] PASSED*", f"replayed {glob.escape(str(kept))}"])
+
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-v")  # with no scene: inputs from the signature
+    result.assert_outcomes(passed=1)
