@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -233,9 +234,24 @@ class _SceneItem(pytest.Item):
         notes = "".join(f"\n{n}" for n in getattr(excinfo.value, "__notes__", ()))  # e.g. Hypothesis' example
         if isinstance(excinfo.value, SceneFailure):
             return str(excinfo.value) + notes
-        if isinstance(excinfo.value, MpkError):  # our errors say what is wrong and how to fix it
-            return f"{type(excinfo.value).__name__}: {excinfo.value}{notes}"
+        if isinstance(excinfo.value, MpkError):  # our errors say what is wrong and how to fix it, and where
+            return f"{type(excinfo.value).__name__}: {excinfo.value}{self._user_frame(excinfo)}{notes}"
         return super().repr_failure(excinfo, style)
+
+    def _user_frame(self, excinfo) -> str:
+        """The innermost frame of the scene's own code (its build(), say): a line ``at file:line, in
+        name`` and its source, or nothing when the error was raised outside it."""
+        internal = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
+        for entry in reversed(excinfo.traceback):
+            path = str(entry.path)
+            if not any(f"/{p}/" in path for p in internal):
+                try:
+                    shown = os.path.relpath(path, self.config.invocation_params.dir)
+                except ValueError:
+                    shown = path
+                source = textwrap.indent(textwrap.dedent(str(entry.statement)).strip(), "    ")
+                return f"\n  at {shown}:{entry.lineno + 1}, in {entry.name}:\n{source}"
+        return ""
 
     def _traceback_filter(self, excinfo):
         """A mistake in a scene shows the scene's frames, not pytest's, pluggy's or Hypothesis'."""

@@ -159,7 +159,7 @@ def run_case(
     inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
     run_tensors = {}
     for name, v in args.items():
-        t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+        t = _copy(v.tensor if isinstance(v, Out) else v, device)
         if isinstance(v, Out) and not isinstance(v, InOut):
             compare.poison(t)
         run_tensors[name] = t
@@ -248,6 +248,12 @@ def run_case(
                 setup.notes.append(f"finalize: {e}")
     if clear and not setup.keep_artifacts:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _copy(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of a generated tensor on ``device`` with the tensor's own strides, so the runtime's
+    rules (attach_input refuses a non-contiguous tensor) judge what the scene generated."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
 def _holds_replay(setup: Setup) -> bool:

@@ -155,8 +155,9 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
     )
 
 
-def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scenes) -> None:
-    """An MpkError in build() says what is wrong and how to fix it; its traceback would add nothing."""
+def test_runtime_errors_show_their_message_and_the_scene_line(pytester: pytest.Pytester, scenes) -> None:
+    """An MpkError in build() says what is wrong and how to fix it, and where in the scene: the
+    runtime's frames would add nothing."""
     pytester.makepyfile(
         test_scene="""
         from pytest_mpk import Case, scene_test
@@ -178,6 +179,9 @@ def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scene
             "*_ TestNorm::b2[[]sm90[]] _*",
             "BlockDimError: rmsnorm_layer(): block_dim=(128, 1, 1) does not match the 256 worker "
             "threads of sm90; pass block_dim=pk.block_dim",
+            "  at test_scene.py:9, in build:",
+            "    pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(2, 1, 1),",
+            "                     block_dim=(128, 1, 1))",
         ]
     )
     result.stdout.no_fnmatch_line("*kernel.py*")
@@ -219,3 +223,27 @@ def test_an_inner_run_does_not_warn_about_assertion_rewriting(pytester: pytest.P
     result = pytester.runpytest_inprocess("--collect-only")
     result.stdout.no_fnmatch_line("*PytestAssertRewriteWarning*")
     result.stdout.no_fnmatch_line("*already imported*")
+
+
+def test_a_non_contiguous_input_is_refused_as_attach_input_refuses_it(pytester: pytest.Pytester, scenes) -> None:
+    """The harness copies what generate_args returns with its strides, so the one rule (in
+    attach_input) applies: a transposed view is refused, not silently made contiguous."""
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import Case, Out, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                return {"input": torch.randn(256, 2).t(), "weight": torch.randn(256), "output": Out(torch.empty(2, 256))}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["LayoutError: tensor 'input' with shape (2, 256) and strides (1, 2) is not contiguous; pass tensor.contiguous()"]
+    )
