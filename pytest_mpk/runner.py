@@ -57,7 +57,14 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
 
 
 def outputs_of(args: dict[str, Any]) -> list[str]:
-    return [name for name, v in args.items() if isinstance(v, Out)]
+    names = [name for name, v in args.items() if isinstance(v, Out)]
+    wrong = [n for n in names if args[n].meta and n not in harness.META_TENSOR_NAMES]
+    if wrong:
+        raise TypeError(
+            f"Out(..., meta=True) stands for the meta tensor of its name, but {wrong} is not one; "
+            f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
+        )
+    return names
 
 
 def golden(
@@ -169,10 +176,8 @@ def run_case(
         shutil.rmtree(setup.artifacts, ignore_errors=True)
     setup.artifacts.mkdir(parents=True, exist_ok=True)
     init = kernel_params(scene, params, setup)
-    # An argument named after a meta tensor (output_tokens, say, which sampling writes) is that meta
-    # tensor: the kernel gets it as its override, and the layer's writes are what is compared.
-    as_meta = {n: t for n, t in run_tensors.items() if n in harness.META_TENSOR_NAMES}
-    if as_meta:
+    as_meta = {n: run_tensors[n] for n, v in args.items() if isinstance(v, Out) and v.meta}
+    if as_meta:  # Out(..., meta=True): the kernel's own meta tensor of that name (an override)
         init["meta_tensors"] = {**init.get("meta_tensors", {}), **as_meta}
     if setup.profile and setup.backend == devices.GPU:
         init.update(

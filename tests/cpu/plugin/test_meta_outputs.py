@@ -1,6 +1,6 @@
-"""A scene output named after a meta tensor is that meta tensor: a layer that writes output_tokens
+"""Out(..., meta=True) is the kernel's meta tensor of its name: a layer that writes output_tokens
 (sampling) writes the kernel's own output_tokens, which prepare_next_batch reads, and what it wrote
-is compared with the golden."""
+is compared with the golden. An output that merely has a meta tensor's name is an ordinary output."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class TestSample(SceneTestCase):
     def generate_args(self, params):
         logits = torch.randn(2, 256, dtype=torch.bfloat16)
         logits[:, 7] = 9.0
-        return {"logits": logits, "output_tokens": Out(torch.empty(2, dtype=torch.int64))}
+        return {"logits": logits, "output_tokens": Out(torch.empty(2, dtype=torch.int64), meta=True)}
 
     def build(self, pk, t, params):
         self.pk = pk
@@ -43,3 +43,14 @@ def test_an_output_named_after_a_meta_tensor_is_that_meta_tensor(pytester: pytes
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.runpytest_inprocess("-rA")
     result.assert_outcomes(passed=1)
+
+
+def test_only_a_meta_tensor_can_be_a_meta_output(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_scene=SCENE.replace('"output_tokens": Out(', '"sampled": Out(').replace("t.output_tokens", "t.sampled")
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*TypeError: Out(..., meta=True) stands for the meta tensor of its name, but ['sampled'] is not one;*"]
+    )

@@ -67,8 +67,8 @@ class TestSampling(SceneTestCase):
 
 @scene_test(layer="argmax_reduce")
 class TestSamplingIntoOutputTokens(SceneTestCase):
-    """Sampling as a model does it, into the meta tensor output_tokens: an Out named after a meta
-    tensor is that meta tensor (its rows are max_num_batched_tokens, here the batch)."""
+    """Sampling as a model does it, into the meta tensor output_tokens: Out(..., meta=True) is the
+    kernel's own meta tensor of that name (its rows are max_num_batched_tokens, here the batch)."""
 
     CASES = [Case("b8_v4096", batch=8, vocab=4096, parts=8)]
 
@@ -76,7 +76,7 @@ class TestSamplingIntoOutputTokens(SceneTestCase):
         return {"max_num_batched_tokens": params["batch"]}
 
     def generate_args(self, params):
-        return {"logits": logits(params), "output_tokens": Out(torch.empty(params["batch"], dtype=torch.int64))}
+        return {"logits": logits(params), "output_tokens": Out(torch.empty(params["batch"], dtype=torch.int64), meta=True)}
 
     def build(self, pk, t, params):
         b, p = params["batch"], params["parts"]
