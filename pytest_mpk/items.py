@@ -195,6 +195,7 @@ class _SceneItem(pytest.Item):
         from .session import SESSION_KEY
 
         mpk = self.config.stash[SESSION_KEY]
+        _prebuild_cases(self, mpk)
         setup = self._setup(mpk)
         mpk.guard_gpu(self, setup.backend)
         if (BACKEND_PROPERTY, setup.backend) not in self.user_properties:  # it runs: the summary counts it
@@ -265,6 +266,20 @@ class _SceneItem(pytest.Item):
         return self.path, _line_of(self.scene_class.cls), self.nodeid.split("::", 1)[-1]
 
 
+def _prebuild_cases(item: _SceneItem, mpk) -> None:
+    """Once a session, before its first scene item runs: the module of every selected case, several
+    nvcc processes at a time. Not under pytest-xdist, whose workers already build in parallel."""
+    from .prebuild import prebuild
+
+    if mpk.cases_prebuilt or hasattr(item.config, "workerinput") or mpk.build_jobs() < 2 or mpk.replay:
+        return
+    mpk.cases_prebuilt = True
+    cases = [i for i in item.session.items if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None]
+    built = prebuild(((i.scene_class.cls(), i.params, i._setup(mpk)) for i in cases), mpk.build_jobs())
+    if built:
+        item._notes[f"{built} modules of the session's cases built together before they ran"] = None
+
+
 class CaseItem(_SceneItem):
     def __init__(self, *, case: Case, **kwargs: Any):
         super().__init__(**kwargs)
@@ -277,8 +292,13 @@ class CaseItem(_SceneItem):
         elif case.manual and self.selector not in self.config.stash[SESSION_KEY].selected_cases:
             self.add_marker(pytest.mark.skip(reason=f"manual case: run it with --mpk-case {self.selector}"))
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """The case's params, with the class's DEFAULTS for what it leaves out."""
+        return {**self.scene_class.cls.DEFAULTS, **self.case.params}
+
     def _runtest(self) -> None:
-        self._run({**self.scene_class.cls.DEFAULTS, **self.case.params}, self.case)
+        self._run(self.params, self.case)
 
 
 class SweepItem(_SceneItem):
@@ -323,13 +343,13 @@ class SweepItem(_SceneItem):
         sweep_case()
 
     def _prebuild(self, mpk, drawn: list[dict[str, Any]]) -> None:
-        from .runner import prebuild
+        from .prebuild import prebuild
 
         setup = self._setup(mpk)
         if setup.replay is not None:
             return
-        defaults = self.scene_class.cls.DEFAULTS
-        built = prebuild(self.scene_class.cls(), [{**defaults, **d} for d in drawn], setup, mpk.build_jobs())
+        scene, defaults = self.scene_class.cls(), self.scene_class.cls.DEFAULTS
+        built = prebuild(((scene, {**defaults, **d}, setup) for d in drawn), mpk.build_jobs())
         if built:
             self._notes[f"{built} modules of the sweep built together before its examples ran"] = None
 

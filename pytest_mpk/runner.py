@@ -3,7 +3,6 @@ one), run it on the chosen backend, compute the golden, compare, and keep artifa
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import shutil
 import types
@@ -115,39 +114,6 @@ def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) ->
         extra["meta_tensors"] = {k: v.to(device) for k, v in extra["meta_tensors"].items()}
     init.update(extra)
     return init
-
-
-def prebuild(scene: SceneTestCase, drawn: list[dict[str, Any]], setup: Setup, jobs: int) -> int:
-    """Build the modules of every params in ``drawn`` now, ``jobs`` nvcc processes at a time (the
-    source depends on the graph and the arch only, so a compile-only kernel builds the module that the
-    case's own kernel then finds in the cache). Returns how many were built. A params whose scene or
-    build fails is left to its run, which reports it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    compile_only = dataclasses.replace(setup, backend=devices.COMPILED, notes=[])
-    kernels, seen = [], set()
-    for params in drawn:
-        if repr(params) in seen:
-            continue
-        seen.add(repr(params))
-        try:
-            args = generate(scene, params, 0)
-            pk = mpk.PersistentKernel(**kernel_params(scene, params, compile_only))
-            t = types.SimpleNamespace(**{n: pk.attach_input(v.tensor if isinstance(v, Out) else v, n) for n, v in args.items()})
-            scene.build(pk, t, dict(params))
-        except Exception:  # noqa: BLE001 - the example's run reports it, with its params
-            continue
-        kernels.append(pk)
-
-    def build(pk: mpk.PersistentKernel) -> bool:
-        try:
-            pk.compile()
-        except Exception:  # noqa: BLE001 - as above
-            return False
-        return not pk.build_result.cached
-
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        return sum(pool.map(build, kernels))
 
 
 def run_case(

@@ -33,6 +33,7 @@ class MpkSession:
         self.profile: bool = opt.mpk_profile
         self.sweep_examples: int | None = opt.mpk_sweep_examples
         # The quick sweep unless more examples, or a Hypothesis profile, were asked for on the command line.
+        self.cases_prebuilt = False  # items.py builds every case's module before the first runs
         self.quick_sweeps: bool = self.sweep_examples is None and config.getoption("hypothesis_profile", None) is None
         self.backends: Counter[str] = Counter()
         self._archs: list[str] | None = None
