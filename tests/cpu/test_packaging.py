@@ -4,6 +4,7 @@ package finds them there, and a build's cache key is the same from a wheel as fr
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,9 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (ROOT / "setup.py").is_file() or resources.CSRC != ROOT / "csrc":
         pytest.skip("needs the checkout (setup.py, csrc/ at its root)")
+    # Built from a copy: setuptools builds in its source tree, which other tests (and xdist workers) share.
+    src = tmp_path_factory.mktemp("source")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("mpk_runtime", "pytest_mpk", "csrc", "reference"):
+        shutil.copytree(ROOT / name, src / name, ignore=skip)
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
         check=True,
         capture_output=True,
     )
