@@ -274,8 +274,14 @@ def _prebuild_cases(item: _SceneItem, mpk) -> None:
     if mpk.cases_prebuilt or hasattr(item.config, "workerinput") or mpk.build_jobs() < 2 or mpk.replay:
         return
     mpk.cases_prebuilt = True
-    cases = [i for i in item.session.items if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None]
-    built = prebuild(((i.scene_class.cls(), i.params, i._setup(mpk)) for i in cases), mpk.build_jobs())
+    work = []
+    for i in item.session.items:
+        if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None:
+            try:
+                work.append((i.scene_class.cls(), i.params, i._setup(mpk)))
+            except Exception:  # noqa: BLE001 - the case's own run reports it
+                continue
+    built = prebuild(work, mpk.build_jobs())
     if built:
         item._notes[f"{built} modules of the session's cases built together before they ran"] = None
 
