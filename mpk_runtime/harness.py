@@ -7,6 +7,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     find_reference(...)        a layer's canonical PyTorch reference (reference/<layer>/...)
     read_compile_output(d, r)  a compile output directory, checked (for replays)
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
+    META_TENSOR_NAMES          the meta tensors' names (a scene output of that name is that meta tensor)
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
     mpi_job()                  (world size, rank, local rank) when started by mpirun, without starting MPI
     mpi_world()                the ranks' keyed message channel (MPI started), None outside an MPI job
@@ -22,6 +23,7 @@ from typing import Any
 
 from .archs import ARCHS
 from .archs import NAMES as ARCH_NAMES
+from .contract import META_TENSORS as META_TENSOR_NAMES
 
 PORTABLE_ARCHS: tuple[str, ...] = tuple(a.name for a in ARCHS.values() if not a.native)
 
@@ -111,6 +113,7 @@ __all__ = [
     "first_batch_meta",
     "model_batches",
     "ARCH_NAMES",
+    "META_TENSOR_NAMES",
     "PORTABLE_ARCHS",
     "draw_swimlane",
     "find_reference",

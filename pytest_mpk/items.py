@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,15 @@ class SceneClass(pytest.Collector):
         items: list[pytest.Item] = []
         for arch in mpk.archs:
             for case in self.cls.CASES:
-                items.append(CaseItem.from_parent(self, name=f"{case.name}[{arch}]", case=case, arch=arch))
+                items.append(
+                    CaseItem.from_parent(
+                        self, name=f"{case.name}[{arch}]", nodeid=_item_id(self, case.name, arch), case=case, arch=arch
+                    )
+                )
             if self.cls.SWEEP:
-                items.append(SweepItem.from_parent(self, name=f"sweep[{arch}]", arch=arch, keys=keys))
+                items.append(
+                    SweepItem.from_parent(self, name=f"sweep[{arch}]", nodeid=_item_id(self, "sweep", arch), arch=arch, keys=keys)
+                )
         return items
 
     def _validate(self, scene: SceneTestCase) -> tuple[str, ...]:
@@ -70,25 +77,70 @@ class SceneClass(pytest.Collector):
             raise self.CollectError(f"{where}: case names must be unique; repeated: {', '.join(dupes)}")
         if not isinstance(cls.SWEEP, dict):
             raise self.CollectError(f"{where}: SWEEP must be a dict of parameter name -> Hypothesis strategy")
-        keys = tuple(cls.PARAMS or (cls.SWEEP.keys() if cls.SWEEP else (cases[0].params.keys() if cases else ())))
-        unswept = [k for k in keys if cls.SWEEP and k not in cls.SWEEP]
+        defaults = cls.DEFAULTS
+        if not isinstance(defaults, dict):
+            raise self.CollectError(f"{where}: DEFAULTS must be a dict of parameter name -> value, got {defaults!r}")
+        declared = tuple(cls.PARAMS or cls.SWEEP.keys())
+        unswept = [k for k in declared if cls.SWEEP and k not in cls.SWEEP and k not in defaults]
         if unswept:
-            raise self.CollectError(f"{where}: SWEEP lacks strategies for {unswept} (the scene's parameters are {list(keys)})")
+            raise self.CollectError(
+                f"{where}: SWEEP lacks strategies for {unswept} (the scene's parameters are {list(declared)})"
+            )
+        given = [k for c in cases for k in c.params]
+        keys = tuple(dict.fromkeys([*declared, *defaults, *sorted(dict.fromkeys(given), key=lambda k: -given.count(k))]))
         for c in cases:
-            unknown = [k for k in c.params if k not in keys]
-            for k in unknown:
-                near = difflib.get_close_matches(k, keys, n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join(keys)}"
-                raise self.CollectError(f"{where}: Case {c.name!r} has an unknown key {k!r}{hint}")
-            missing = [k for k in keys if k not in c.params]
-            if missing:
-                raise self.CollectError(f"{where}: Case {c.name!r} lacks {', '.join(map(repr, missing))}")
-        sample = cases[0].params if cases else None
-        if sample is not None and self.world_size > 1:
-            sample = {**sample, "rank": 0, "world_size": self.world_size}
-        if sample is not None:
+            self._check_case_keys(c, keys, declared, defaults)
+        if cases:
+            sample = {**defaults, **cases[0].params}
+            if self.world_size > 1:
+                sample = {**sample, "rank": 0, "world_size": self.world_size}
             self._check_outputs_and_golden(scene, sample)
-        return keys
+            self._check_params_read(scene, cases, defaults)
+        return tuple(dict.fromkeys([*declared, *defaults])) or keys
+
+    def _check_case_keys(self, case: Case, keys: tuple[str, ...], declared: tuple[str, ...], defaults: dict[str, Any]) -> None:
+        """With PARAMS, a case gives exactly those (less the DEFAULTS). Without, a key that other cases
+        leave out is optional, unless it looks like a misspelling of another key."""
+        where = self.cls.__qualname__
+        for k in case.params:
+            if self.cls.PARAMS and k not in declared and k not in defaults:
+                near = difflib.get_close_matches(k, [*declared, *defaults], n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join([*declared, *defaults])}"
+                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}{hint}")
+            # A key that only some cases give must not look like another key; of two look-alikes, the
+            # misspelling is the one fewer cases give (else the later one).
+            near = difflib.get_close_matches(k, keys[: keys.index(k)], n=1, cutoff=0.8)
+            optional = k not in declared and k not in defaults and not all(k in c.params for c in self.cls.CASES)
+            if optional and near:
+                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}; did you mean {near[0]!r}?")
+        missing = [k for k in declared if k not in case.params and k not in defaults]
+        if missing:
+            raise self.CollectError(f"{where}: Case {case.name!r} lacks {', '.join(map(repr, missing))}")
+
+    def _check_params_read(self, scene: SceneTestCase, cases: list[Case], defaults: dict[str, Any]) -> None:
+        """A case that leaves a parameter out is refused if generate_args reads it as params[...]
+        (params.get(...) is how a scene reads an optional one), once per distinct set of keys."""
+        from .arg_names import generate_with_placeholders
+
+        seen: set[frozenset[str]] = set()
+        for case in cases:
+            params = {**defaults, **case.params}
+            if frozenset(params) in seen:
+                continue
+            seen.add(frozenset(params))
+            try:
+                generate_with_placeholders(scene.generate_args, params)
+            except KeyError as e:
+                name = e.args[0] if e.args else None
+                others = {k for c in cases for k in c.params}
+                if isinstance(name, str) and name not in params and name in others:
+                    raise self.CollectError(
+                        f"{self.cls.__qualname__}: Case {case.name!r} lacks {name!r}, which generate_args reads as "
+                        f"params[{name!r}]; give it, read it with params.get({name!r}, default), or declare "
+                        f"DEFAULTS = {{{name!r}: ...}}"
+                    ) from None
+            except Exception:  # noqa: BLE001 - checked when the case runs (see _check_outputs_and_golden)
+                pass
 
     def _check_outputs_and_golden(self, scene: SceneTestCase, params: dict[str, Any]) -> None:
         """Run generate_args with placeholder tensors (no memory, no time) to catch a scene without
@@ -163,6 +215,7 @@ class _SceneItem(pytest.Item):
         from .session import SESSION_KEY
 
         mpk = self.config.stash[SESSION_KEY]
+        _prebuild_cases(self, mpk)
         setup = self._setup(mpk)
         mpk.guard_gpu(self, setup.backend)
         world_size = self.scene_class.world_size
@@ -208,9 +261,24 @@ class _SceneItem(pytest.Item):
         notes = "".join(f"\n{n}" for n in getattr(excinfo.value, "__notes__", ()))  # e.g. Hypothesis' example
         if isinstance(excinfo.value, SceneFailure):
             return str(excinfo.value) + notes
-        if isinstance(excinfo.value, MpkError):  # our errors say what is wrong and how to fix it
-            return f"{type(excinfo.value).__name__}: {excinfo.value}{notes}"
+        if isinstance(excinfo.value, MpkError):  # our errors say what is wrong and how to fix it, and where
+            return f"{type(excinfo.value).__name__}: {excinfo.value}{self._user_frame(excinfo)}{notes}"
         return super().repr_failure(excinfo, style)
+
+    def _user_frame(self, excinfo) -> str:
+        """The innermost frame of the scene's own code (its build(), say): a line ``at file:line, in
+        name`` and its source, or nothing when the error was raised outside it."""
+        internal = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
+        for entry in reversed(excinfo.traceback):
+            path = str(entry.path)
+            if not any(f"/{p}/" in path for p in internal):
+                try:
+                    shown = os.path.relpath(path, self.config.invocation_params.dir)
+                except ValueError:
+                    shown = path
+                source = textwrap.indent(textwrap.dedent(str(entry.statement)).strip(), "    ")
+                return f"\n  at {shown}:{entry.lineno + 1}, in {entry.name}:\n{source}"
+        return ""
 
     def _traceback_filter(self, excinfo):
         """A mistake in a scene shows the scene's frames, not pytest's, pluggy's or Hypothesis'."""
@@ -222,6 +290,26 @@ class _SceneItem(pytest.Item):
     def reportinfo(self):
         # A line is needed: pytest reports skips (markers, the case skips below) at the item's location.
         return self.path, _line_of(self.scene_class.cls), self.nodeid.split("::", 1)[-1]
+
+
+def _prebuild_cases(item: _SceneItem, mpk) -> None:
+    """Once a session, before its first scene item runs: the module of every selected case, several
+    nvcc processes at a time. Not under pytest-xdist, whose workers already build in parallel."""
+    from .prebuild import prebuild
+
+    if mpk.cases_prebuilt or hasattr(item.config, "workerinput") or mpk.build_jobs() < 2 or mpk.replay:
+        return
+    mpk.cases_prebuilt = True
+    work = []
+    for i in item.session.items:
+        if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None:
+            try:
+                work.append((i.scene_class.cls(), i.params, i._setup(mpk)))
+            except Exception:  # noqa: BLE001 - the case's own run reports it
+                continue
+    built = prebuild(work, mpk.build_jobs())
+    if built:
+        item._notes[f"{built} modules of the session's cases built together before they ran"] = None
 
 
 class CaseItem(_SceneItem):
@@ -236,11 +324,22 @@ class CaseItem(_SceneItem):
         elif case.manual and self.selector not in self.config.stash[SESSION_KEY].selected_cases:
             self.add_marker(pytest.mark.skip(reason=f"manual case: run it with --mpk-case {self.selector}"))
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """The case's params, with the class's DEFAULTS for what it leaves out."""
+        return {**self.scene_class.cls.DEFAULTS, **self.case.params}
+
     def _runtest(self) -> None:
-        self._run(dict(self.case.params), self.case)
+        self._run(self.params, self.case)
 
 
 class SweepItem(_SceneItem):
+    """The class's SWEEP as one Hypothesis test. By default a quick sweep: a few derandomized
+    examples, the same in every run, whose modules are built together (nvcc in parallel) before the
+    examples run, so a run builds them once and a later run finds them all in the cache. With
+    ``--mpk-sweep-examples N``, or a Hypothesis profile picked on the command line, the long sweep:
+    the examples Hypothesis draws, new shapes (and builds) each run."""
+
     def __init__(self, *, keys: tuple[str, ...], **kwargs: Any):
         super().__init__(**kwargs)
         self.keys = keys
@@ -249,17 +348,54 @@ class SweepItem(_SceneItem):
         from hypothesis import given, settings
         from hypothesis import strategies as st
 
-        sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
+        from .session import SESSION_KEY
 
-        @settings(deadline=None)  # every example compiles a kernel: seconds, not milliseconds
+        mpk = self.config.stash[SESSION_KEY]
+        sweep = self.scene_class.cls.SWEEP  # with a strategy for each of self.keys: SceneClass checked
+        defaults = self.scene_class.cls.DEFAULTS
+        drawn: list[dict[str, Any]] = []
+        collecting = [mpk.quick_sweeps]
+
+        @settings(**mpk.sweep_settings())
         @given(params=st.fixed_dictionaries(sweep))
         def sweep_case(params: dict[str, Any]) -> None:
-            self._run(params, None)
+            if collecting[0]:
+                drawn.append(params)
+            else:
+                self._run({**defaults, **params}, None)
 
         # Each sweep its own key in Hypothesis' example database (as its pytest plugin does for
-        # parametrized tests), so saved failures replay in the sweep that found them.
+        # parametrized tests), so saved failures replay in the sweep that found them; and, being
+        # derandomized by that digest, the quick sweep draws the same examples in every run.
         sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = self.nodeid.encode()
+        if collecting[0]:
+            sweep_case()  # draws the examples only: derandomized, the run below draws the same ones
+            collecting[0] = False
+            self._prebuild(mpk, drawn)
         sweep_case()
+
+    def _prebuild(self, mpk, drawn: list[dict[str, Any]]) -> None:
+        from .prebuild import prebuild
+
+        setup = self._setup(mpk)
+        if setup.replay is not None:
+            return
+        scene, defaults = self.scene_class.cls(), self.scene_class.cls.DEFAULTS
+        built = prebuild(((scene, {**defaults, **d}, setup) for d in drawn), mpk.build_jobs())
+        if built:
+            self._notes[f"{built} modules of the sweep built together before its examples ran"] = None
+
+
+def _item_id(parent: pytest.Collector, base: str, arch: str) -> Any:
+    """The node id of ``base[arch]`` under ``parent``, shaped as pytest shapes a parametrized test's.
+
+    pytest 9.2 compares structured ids (path, names, params); the ids it reads back from its cache
+    (``--lf``, ``--ff``, ``--sw``) are parsed with the bracket as params, so an item must carry its
+    arch as params, not as part of its name, to be recognised. Older pytest compares the strings,
+    which are the same either way."""
+    if hasattr(parent, "id"):  # pytest >= 9.2
+        return parent.id.child(base).with_params(arch)
+    return f"{parent.nodeid}::{base}[{arch}]"
 
 
 @functools.cache  # inspect parses the module: once per class, not once per item

@@ -34,6 +34,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of examples, got {text!r}")
+    return value
+
+
 def _case_selector(text: str) -> str:
     cls, sep, name = text.partition("::")
     if not sep or not cls.isidentifier() or not name or "[" in name:
@@ -103,6 +113,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Run the selected scenes against this compile output directory instead of building them",
     )
     group.addoption(
+        "--mpk-sweep-examples",
+        dest="mpk_sweep_examples",
+        metavar="N",
+        type=_positive_int,
+        help="The long sweep: N new examples per SWEEP each run (default: a few fixed examples, built once)",
+    )
+    group.addoption(
         "--mpk-profile",
         dest="mpk_profile",
         action="store_true",
@@ -160,6 +177,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         world = mpi_world()
         if world is not None:
             world.abort(1)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which installation runs: the packages' location and version (found without importing them)."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("mpk_runtime")
+    where = spec.origin if spec is not None else "not found"
+    return f"mpk: pytest-mpk {importlib.metadata.version('pytest-mpk')}, mpk_runtime at {where}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own answer (the CPU count), which would win otherwise

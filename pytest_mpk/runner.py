@@ -57,7 +57,14 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
 
 
 def outputs_of(args: dict[str, Any]) -> list[str]:
-    return [name for name, v in args.items() if isinstance(v, Out)]
+    names = [name for name, v in args.items() if isinstance(v, Out)]
+    wrong = [n for n in names if args[n].meta and n not in harness.META_TENSOR_NAMES]
+    if wrong:
+        raise TypeError(
+            f"Out(..., meta=True) stands for the meta tensor of its name, but {wrong} is not one; "
+            f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
+        )
+    return names
 
 
 def golden(
@@ -143,7 +150,7 @@ def run_case(
     inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
     run_tensors = {}
     for name, v in args.items():
-        t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+        t = _copy(v.tensor if isinstance(v, Out) else v, device)
         if isinstance(v, Out) and not isinstance(v, InOut):
             compare.poison(t)
         run_tensors[name] = t
@@ -153,6 +160,9 @@ def run_case(
         shutil.rmtree(setup.artifacts, ignore_errors=True)
     setup.artifacts.mkdir(parents=True, exist_ok=True)
     init = kernel_params(scene, params, setup)
+    as_meta = {n: run_tensors[n] for n, v in args.items() if isinstance(v, Out) and v.meta}
+    if as_meta:  # Out(..., meta=True): the kernel's own meta tensor of that name (an override)
+        init["meta_tensors"] = {**init.get("meta_tensors", {}), **as_meta}
     if setup.profile and setup.backend == devices.GPU:
         init.update(
             profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device), trace_name=str(setup.artifacts / "trace")
@@ -185,6 +195,9 @@ def run_case(
             scene.build(pk, t, dict(params))
         pk.compile(output_dir=setup.artifacts)
         setup.notes.append(f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}")
+        if pk.params.fitted:
+            fitted = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in pk.params.fitted.items())
+            setup.notes.append(f"kernel params fitted to the default prompt: {fitted}")
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
@@ -235,6 +248,12 @@ def compare_outputs(scene: SceneTestCase, case: Case | None, outs: list[str], ac
             errors.append(str(e))
     if errors:
         raise compare.MismatchError("\n".join(errors))
+
+
+def _copy(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of a generated tensor on ``device`` with the tensor's own strides, so the runtime's
+    rules (attach_input refuses a non-contiguous tensor) judge what the scene generated."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
 def _holds_replay(setup: Setup) -> bool:

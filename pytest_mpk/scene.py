@@ -26,10 +26,15 @@ _SCENE_ATTR = "__mpk_scene__"
 
 class Out:
     """An output argument: poisoned before the run (NaN, or the integer furthest from 0), so elements the
-    kernel never writes fail the comparison; compared with the golden afterwards."""
+    kernel never writes fail the comparison; compared with the golden afterwards.
 
-    def __init__(self, tensor: Any):
+    ``meta=True``: the argument is the kernel's meta tensor of the same name (``output_tokens``, which
+    sampling writes, say): it is passed as that meta tensor's override, so prepare_next_batch sees
+    what the layer wrote, and it is compared like any output."""
+
+    def __init__(self, tensor: Any, *, meta: bool = False):
         self.tensor = tensor
+        self.meta = meta
 
     def __repr__(self) -> str:
         return f"Out({getattr(self.tensor, 'shape', '?')})"
@@ -175,7 +180,8 @@ class SceneTestCase:
 
     CASES: list[Case] = []
     SWEEP: dict[str, Any] = {}
-    PARAMS: tuple[str, ...] | None = None  # the parameter names; default: SWEEP's keys, else the first case's
+    PARAMS: tuple[str, ...] | None = None  # the parameter names every case gives; default: SWEEP's keys
+    DEFAULTS: dict[str, Any] = {}  # parameters a case (or SWEEP) may leave out: filled in before generate_args
 
     def generate_args(self, params: dict[str, Any]) -> dict[str, Any]:
         """Every argument by name: CPU tensors (inputs) and Out / InOut wrapped tensors."""

@@ -32,6 +32,10 @@ class MpkSession:
         self.rank_timeout: float | None = opt.mpk_rank_timeout
         self.replay: Path | None = Path(opt.mpk_replay).resolve() if opt.mpk_replay else None
         self.profile: bool = opt.mpk_profile
+        self.sweep_examples: int | None = opt.mpk_sweep_examples
+        # The quick sweep unless more examples, or a Hypothesis profile, were asked for on the command line.
+        self.cases_prebuilt = False  # items.py builds every case's module before the first runs
+        self.quick_sweeps: bool = self.sweep_examples is None and config.getoption("hypothesis_profile", None) is None
         self.backends: Counter[str] = Counter()
         self._archs: list[str] | None = None
         self._local: tuple[str | None] | None = None
@@ -49,6 +53,22 @@ class MpkSession:
         if self._local is None:
             self._local = (devices.local_arch() if self.backend in ("auto", "gpu") else None,)
         return self._local[0]
+
+    def sweep_settings(self) -> dict[str, object]:
+        """The Hypothesis settings of every sweep (over the loaded profile): no deadline, as every
+        example compiles a kernel; the quick sweep's few derandomized examples, or the long sweep's."""
+        from .profiles import QUICK_SWEEP
+
+        if self.sweep_examples is not None:
+            return {"deadline": None, "max_examples": self.sweep_examples}
+        if self.quick_sweeps:
+            return {"deadline": None, **QUICK_SWEEP}
+        return {"deadline": None}
+
+    def build_jobs(self) -> int:
+        """How many nvcc processes a sweep may run at once: this process's share of the CPUs."""
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
     def repro(self, item: pytest.Item) -> str:
         """One command line that reruns ``item`` with this session's mpk options."""
@@ -68,6 +88,8 @@ class MpkSession:
             parts += ["--mpk-rank-timeout", str(opt.mpk_rank_timeout)]
         if opt.mpk_artifacts_dir:
             parts += ["--mpk-artifacts-dir", str(self.artifacts_dir)]
+        if self.sweep_examples is not None and "sweep[" in item.nodeid:
+            parts += ["--mpk-sweep-examples", str(self.sweep_examples)]
         return " ".join(shlex.quote(p) for p in parts)
 
     # -- hooks (this object is registered as a plugin) ------------------------------------------

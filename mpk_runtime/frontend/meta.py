@@ -129,10 +129,20 @@ def _shape_rule(name: str) -> str:
     }[name]
 
 
+# The meta tensors whose shapes follow a setting: an override of one must change with the setting.
+_SHAPED_BY = {
+    "max_seq_length": ("tokens",),
+    "max_num_batched_tokens": ("input_tokens", "output_tokens"),
+    "max_num_pages": ("paged_kv_indices_buffer",),
+}
+
+
 def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
+    """Every prompt must fit the settings. One error names every setting to change, with the value
+    that makes all the prompts fit, rather than one setting per attempt."""
     if meta["prompt_lengths"].device.type == "meta" or meta["step"].device.type == "meta":
         return
-    lengths = meta["prompt_lengths"].cpu()
+    lengths = meta["prompt_lengths"].cpu().tolist()
     steps = meta["step"].cpu().tolist()
     bad_steps = [(i, v) for i, v in enumerate(steps) if not 0 <= v < p.max_seq_length]
     if bad_steps:
@@ -142,35 +152,56 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
             f"the KV cache, with room for at least one more; raise max_seq_length or shorten the history"
         )
     _check_page_order(p, meta)
-    bad = [(i, int(v)) for i, v in enumerate(lengths.tolist()) if not 1 <= v <= p.max_seq_length]
+    bad = [(i, v) for i, v in enumerate(lengths) if v < 1]
     if bad:
         i, v = bad[0]
-        if "prompt_lengths" in p.meta_tensors:
-            raise MetaTensorError(
-                f"prompt_lengths[{i}] = {v} must be in [1, max_seq_length={p.max_seq_length}]: a prompt must fit its "
-                f"row of tokens; raise max_seq_length or shorten the prompt"
+        raise MetaTensorError(f"prompt_lengths[{i}] = {v} must be in [1, max_seq_length={p.max_seq_length}]: a prompt has tokens")
+    given = p.meta_tensors
+    reasons: list[str] = []
+    need: dict[str, int] = {}
+    longest = max(lengths)
+    if longest > p.max_seq_length:
+        i = lengths.index(longest)
+        if "prompt_lengths" in given:
+            reasons.append(
+                f"prompt_lengths[{i}] = {longest} must be in [1, max_seq_length={p.max_seq_length}]: "
+                f"a prompt must fit its row of tokens"
             )
-        raise ConfigError(
-            f"the default prompt is max_num_batched_tokens={p.max_num_batched_tokens} tokens long, which does "
-            f"not fit max_seq_length={p.max_seq_length}; set params['max_seq_length'] >= {v}"
-        )
-    for r, (length, step) in enumerate(zip(lengths.tolist(), steps)):
-        # Admission waits for free pages, so a first chunk that needs more pages than exist would wait forever.
-        first = min(length - step, p.max_num_batched_tokens) if length > step else 1
-        pages = -(-(step + first) // p.page_size)
-        if pages > p.max_num_pages:
-            history = f" after its {step} tokens of history" if step else ""
-            raise ConfigError(
-                f"request {r}: its first prefill chunk of {first} tokens{history} needs {pages} KV pages of "
-                f"page_size={p.page_size}, but max_num_pages={p.max_num_pages}; set params['max_num_pages'] >= {pages}"
+        else:
+            reasons.append(
+                f"the default prompt is max_num_batched_tokens={longest} tokens long, which does not fit "
+                f"max_seq_length={p.max_seq_length}"
             )
-    rest = int(lengths[0]) - steps[0]
-    if p.test_mode and rest > p.max_num_batched_tokens:
-        history = f" ({steps[0]} of {int(lengths[0])} are history)" if steps[0] else ""
-        raise ConfigError(
+        need["max_seq_length"] = longest
+    batched = p.max_num_batched_tokens
+    rest = lengths[0] - steps[0]
+    if p.test_mode and rest > batched:
+        history = f" ({steps[0]} of {lengths[0]} are history)" if steps[0] else ""
+        reasons.append(
             f"test mode runs one pass, so request 0's prompt of {rest} tokens{history} must fit in one batch of "
-            f"max_num_batched_tokens={p.max_num_batched_tokens}; raise max_num_batched_tokens or shorten the prompt"
+            f"max_num_batched_tokens={batched}"
         )
+        need["max_num_batched_tokens"] = batched = rest
+    # Admission waits for free pages, so a first chunk that needs more pages than exist would wait forever.
+    firsts = [min(length - step, batched) if length > step else 1 for length, step in zip(lengths, steps)]
+    pages = [-(-(step + first) // p.page_size) for first, step in zip(firsts, steps)]
+    if max(pages) > p.max_num_pages:
+        r = pages.index(max(pages))
+        history = f" after its {steps[r]} tokens of history" if steps[r] else ""
+        reasons.append(
+            f"request {r}: its first prefill chunk of {firsts[r]} tokens{history} needs {pages[r]} KV pages of "
+            f"page_size={p.page_size}, but max_num_pages={p.max_num_pages}"
+        )
+        need["max_num_pages"] = pages[r]
+    if not reasons:
+        return
+    fixes = []
+    for name, value in need.items():
+        also = [t for t in _SHAPED_BY[name] if t in given]
+        fixes.append(f"params[{name!r}] >= {value}" + (f" (and the shape of {' and '.join(also)})" if also else ""))
+    shorten = " or shorten the prompt" if "prompt_lengths" in given else ""
+    error = MetaTensorError if "prompt_lengths" in given else ConfigError
+    raise error(f"{'; '.join(reasons)}. Set {', '.join(fixes)}{shorten}")
 
 
 def _check_page_order(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:

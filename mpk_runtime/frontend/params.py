@@ -69,6 +69,8 @@ class KernelParams:
     comm_timeout: float
     meta_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     profiler_tensor: torch.Tensor | None = None
+    # Settings raised so that test mode's default prompt fits: name -> (as given, as used).
+    fitted: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _positive_int(name: str, v: Any, limit: int = 2**31 - 1) -> int:
@@ -137,6 +139,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         raise ConfigError(f"placement={p['placement']!r} must be one of {', '.join(POLICIES)}")
     if not isinstance(p["meta_tensors"], dict):
         raise ConfigError(f"meta_tensors must be a dict of name -> tensor, got {type(p['meta_tensors']).__name__}")
+    fitted = fit_default_prompt(p)
     trace = p["trace_name"] if p["trace_name"] is not None else f"mpk_rank{rank}"
     if not isinstance(trace, str) or not trace:
         raise ConfigError(f"trace_name={p['trace_name']!r} must be a non-empty string")
@@ -162,7 +165,29 @@ def parse(params: dict[str, Any]) -> KernelParams:
         comm_timeout=float(ct),
         meta_tensors=dict(p["meta_tensors"]),
         profiler_tensor=p["profiler_tensor"],
+        fitted=fitted,
     )
+
+
+# A setting that a meta tensor override fixes through its shape is left as it is.
+_FIXED_BY = {"max_seq_length": "tokens", "max_num_pages": "paged_kv_indices_buffer"}
+
+
+def fit_default_prompt(p: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """In test mode with no prompt of the user's (no ``tokens`` nor ``prompt_lengths``), the default
+    prompt is one request of max_num_batched_tokens tokens: raise max_seq_length and max_num_pages
+    in ``p`` so that it fits whatever max_num_batched_tokens is. Returns what was raised."""
+    given = p["meta_tensors"]
+    if not p["test_mode"] or "tokens" in given or "prompt_lengths" in given:
+        return {}
+    prompt = p["max_num_batched_tokens"]
+    need = {"max_seq_length": prompt, "max_num_pages": -(-prompt // p["page_size"])}
+    fitted = {}
+    for name, value in need.items():
+        if p[name] < value and _FIXED_BY[name] not in given:
+            fitted[name] = (p[name], value)
+            p[name] = value
+    return fitted
 
 
 def check_profiler_tensor(p: KernelParams, device: torch.device) -> torch.Tensor | None:

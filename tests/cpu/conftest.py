@@ -1,8 +1,7 @@
-"""Fixtures of the CPU suite: one compile cache for the session, and compile-only kernels."""
+"""Fixtures of the CPU suite: the build cache, and compile-only kernels."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,20 +15,15 @@ from mpk_runtime.graph import collect_variants
 
 
 @pytest.fixture(scope="session", autouse=True)
-def mpk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """``$MPK_CACHE_DIR`` for the whole session: a fresh directory of this run, shared by its xdist
-    workers (``build_module`` is safe across processes, so each source is compiled once per run)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the run's directory, common to all of its workers
-    root = base / "mpk-cache"
-    old = os.environ.get("MPK_CACHE_DIR")
-    os.environ["MPK_CACHE_DIR"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("MPK_CACHE_DIR", None)
-    else:
-        os.environ["MPK_CACHE_DIR"] = old
+def mpk_cache_dir() -> Iterator[Path]:
+    """The build cache of the session: ``$MPK_CACHE_DIR``, else the runtime's default, so that a
+    second run finds every module the first one built. Entries are keyed by content, so sharing is
+    safe; tests that need an empty or a damaged cache make their own. Set in the environment, so that
+    inner runs, xdist workers and subprocesses use the same one."""
+    root = build.cache_root()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MPK_CACHE_DIR", str(root))
+        yield root
 
 
 @pytest.fixture

@@ -56,3 +56,17 @@ def compile_graph(
 def graph_of(pk: mpk.PersistentKernel) -> TaskGraph:
     """The kernel's task graph, before compile() (white box: the one place that knows where it is)."""
     return pk._graph
+
+
+def race_for_module(source: str, barrier, results) -> None:
+    """One process of a build race (a spawned process imports it from here, a module on sys.path):
+    wait for all, ask for the module, load it, report."""
+    import os
+
+    from mpk_runtime.build import cache
+    from mpk_runtime.run.launcher import Module
+
+    barrier.wait(timeout=120)
+    result = cache.build_module(source, "sm80", "race")
+    Module(result.path)
+    results.put((result.cached, str(result.path), os.getpid()))

@@ -176,7 +176,7 @@ def test_admission_waits_for_pages():
 def test_a_request_that_can_never_get_its_pages_is_an_error():
     """Refused when the meta tensors are built; and should such a config reach the model anyway,
     it raises instead of stopping with the request unserved."""
-    with pytest.raises(ConfigError, match="needs 8 KV pages"):
+    with pytest.raises(MetaTensorError, match="needs 8 KV pages"):
         setup([8], max_num_batched_tokens=8, max_seq_length=16, page_size=1, max_num_pages=4)
     cfg, m = setup([8], max_num_batched_tokens=8, max_seq_length=16, page_size=1, max_num_pages=8)
     cfg = dataclasses.replace(cfg, max_num_pages=4)

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cpu_helpers import race_for_module
 
 from mpk_runtime import resources
 from mpk_runtime.build import artifacts
@@ -185,22 +186,11 @@ def test_write_if_changed_keeps_unchanged_files(tmp_path):
     assert artifacts.write_if_changed(path, "b") and path.read_text() == "b"
 
 
-def _race(source: str, barrier, results) -> None:
-    """One process of the race: wait for all, ask for the module, load it, report."""
-    from mpk_runtime.build import cache as b
-    from mpk_runtime.run.launcher import Module as M
-
-    barrier.wait(timeout=120)
-    result = b.build_module(source, "sm80", "race")
-    M(result.path)
-    results.put((result.cached, str(result.path), os.getpid()))
-
-
 def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     source = noop_source + f"\n// race {uuid.uuid4().hex}\n"  # a key nobody built yet
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(4), ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(source, barrier, results)) for _ in range(4)]
+    procs = [ctx.Process(target=race_for_module, args=(source, barrier, results)) for _ in range(4)]
     for p in procs:
         p.start()
     got = [results.get(timeout=240) for _ in procs]

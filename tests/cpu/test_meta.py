@@ -3,6 +3,7 @@ validation of user overrides (every MetaTensorError / ConfigError names the rule
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -147,13 +148,19 @@ def test_strided_1d_override_is_rejected():
         build(**SIZES, meta_tensors={"step": step})
 
 
-@pytest.mark.parametrize("length", [0, -1, 1501])
-def test_prompt_lengths_out_of_range(length):
+@pytest.mark.parametrize("length", [0, -1])
+def test_prompt_lengths_below_one(length):
     lengths = torch.tensor([5, length], dtype=I32)
+    with pytest.raises(MetaTensorError, match=rf"prompt_lengths\[1\] = {length} must be in \[1, max_seq_length=1500\]"):
+        build(**SIZES, meta_tensors={"prompt_lengths": lengths})
+
+
+def test_prompt_longer_than_max_seq_length():
+    lengths = torch.tensor([5, 1501], dtype=I32)
     with pytest.raises(
         MetaTensorError,
-        match=rf"prompt_lengths\[1\] = {length} must be in \[1, max_seq_length=1500\]"
-        r".*raise max_seq_length or shorten the prompt",
+        match=r"prompt_lengths\[1\] = 1501 must be in \[1, max_seq_length=1500\].*"
+        r"Set params\['max_seq_length'\] >= 1501 or shorten the prompt",
     ):
         build(**SIZES, meta_tensors={"prompt_lengths": lengths})
 
@@ -164,27 +171,64 @@ def test_prompt_as_long_as_the_row_is_accepted():
 
 
 def test_default_prompt_longer_than_max_seq_length():
+    """Offline mode fits nothing by itself: the settings are the user's to choose."""
     with pytest.raises(
         ConfigError,
         match=r"default prompt is max_num_batched_tokens=8 tokens long, which does not fit "
-        r"max_seq_length=4; set params\['max_seq_length'\] >= 8",
+        r"max_seq_length=4.*Set params\['max_seq_length'\] >= 8$",
     ):
         build(max_num_batched_tokens=8, max_seq_length=4, max_num_pages=8)
 
 
-def test_test_mode_page_shortage_names_the_pages_needed():
-    """The first prefill (8 tokens, pages of 2) needs 4 pages; 3 exist."""
-    with pytest.raises(
-        ConfigError,
-        match=r"request 0: its first prefill chunk of 8 tokens needs 4 KV pages of page_size=2, "
-        r"but max_num_pages=3; set params\['max_num_pages'\] >= 4",
-    ):
-        build(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=3)
+def test_one_error_names_every_setting_to_change():
+    with pytest.raises(ConfigError) as e:
+        build(max_num_batched_tokens=8, page_size=2)
+    message = str(e.value)
+    assert "max_seq_length=1" in message and "needs 4 KV pages of page_size=2, but max_num_pages=1" in message
+    assert message.endswith("Set params['max_seq_length'] >= 8, params['max_num_pages'] >= 4")
 
 
-def test_test_mode_with_enough_pages_is_accepted():
-    m = build(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=2, max_num_pages=4)
-    assert m["prompt_lengths"].tolist() == [8]
+@pytest.mark.parametrize(("page_size", "pages"), [(1, 8), (2, 4), (3, 3)])
+def test_test_mode_fits_settings_to_the_default_prompt(make_pk, page_size, pages):
+    """Test mode's default prompt is max_num_batched_tokens long: the rows and pages it needs are
+    made to fit, and pk.params shows what is used."""
+    pk = make_pk(90, test_mode=True, max_num_batched_tokens=8, page_size=page_size)
+    assert (pk.params.max_seq_length, pk.params.max_num_pages) == (8, pages)
+    assert pk.params.fitted == {"max_seq_length": (1, 8), "max_num_pages": (1, pages)}
+    assert pk.meta_tensors["tokens"].shape == (1, 8) and pk.meta_tensors["paged_kv_indices_buffer"].shape == (pages,)
+    assert pk.meta_tensors["prompt_lengths"].tolist() == [8]
+
+
+def test_test_mode_keeps_settings_that_already_fit(make_pk):
+    pk = make_pk(90, test_mode=True, max_num_batched_tokens=8, max_seq_length=32, max_num_pages=9)
+    assert (pk.params.max_seq_length, pk.params.max_num_pages, pk.params.fitted) == (32, 9, {})
+
+
+def test_test_mode_leaves_a_users_prompt_to_the_user():
+    """With a prompt of the user's, nothing grows: one error lists every setting the prompts need."""
+    with pytest.raises(MetaTensorError) as e:
+        build(test_mode=True, max_num_batched_tokens=4, meta_tensors={"prompt_lengths": torch.tensor([10, 3], dtype=I32)})
+    assert str(e.value).endswith(
+        "Set params['max_seq_length'] >= 10, params['max_num_batched_tokens'] >= 10, params['max_num_pages'] >= 10 "
+        "or shorten the prompt"
+    )
+
+
+def test_test_mode_does_not_grow_what_an_override_fixes():
+    """paged_kv_indices_buffer's length is max_num_pages: the error says both must change."""
+    indices = torch.zeros(1, dtype=I32)
+    with pytest.raises(ConfigError, match=r"params\['max_num_pages'\] >= 4 \(and the shape of paged_kv_indices_buffer\)"):
+        build(test_mode=True, max_num_batched_tokens=4, meta_tensors={"paged_kv_indices_buffer": indices})
+
+
+def test_the_signature_records_the_settings_used(make_pk, tmp_path):
+    pk = make_pk(80, test_mode=True, max_num_batched_tokens=4)
+    a = pk.attach_input(torch.zeros(4, 8, dtype=I32), "a")
+    b = pk.attach_input(torch.zeros(4, 8, dtype=I32), "b")
+    pk.noop_layer(inputs=[a], outputs=[b], grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    pk.compile(output_dir=tmp_path)
+    saved = json.loads((tmp_path / "signature_rank0.json").read_text())["params"]
+    assert (saved["max_seq_length"], saved["max_num_pages"]) == (4, 4)
 
 
 def test_first_chunk_page_shortage_is_checked_in_every_mode():
@@ -222,6 +266,6 @@ def test_compile_only_kernel_checks_the_default_prompt(make_pk):
         make_pk(80, max_num_batched_tokens=8, max_seq_length=4, max_num_pages=8)
 
 
-def test_compile_only_kernel_checks_test_mode_pages(make_pk):
+def test_compile_only_kernel_checks_pages(make_pk):
     with pytest.raises(ConfigError, match=r"needs 8 KV pages of page_size=1, but max_num_pages=1"):
-        make_pk(90, test_mode=True, max_num_batched_tokens=8, max_seq_length=8)
+        make_pk(90, max_num_batched_tokens=8, max_seq_length=8)

@@ -42,7 +42,7 @@ def test_mismatch_report(pytester: pytest.Pytester, scenes) -> None:
             "expected.pt, test_rank0.cu, task_graph_rank0.json, signature_rank0.json)",
             "repro: pytest 'test_scene.py::TestNorm::b2[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
             "*- mpk backends: 1 emulated+compiled -*",
-            "FAILED [[]emulated+compiled[]] test_scene.py::TestNorm::b2[[]sm90[]] - output*",
+            "FAILED [[]emulated+compiled[]] test_scene.py::TestNorm::b2[[]sm90[]]*",  # pytest 9 adds the message
         ]
     )
     # The report is the whole message: no traceback through the plugin or the runtime.
@@ -155,8 +155,9 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
     )
 
 
-def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scenes) -> None:
-    """An MpkError in build() says what is wrong and how to fix it; its traceback would add nothing."""
+def test_runtime_errors_show_their_message_and_the_scene_line(pytester: pytest.Pytester, scenes) -> None:
+    """An MpkError in build() says what is wrong and how to fix it, and where in the scene: the
+    runtime's frames would add nothing."""
     pytester.makepyfile(
         test_scene="""
         from pytest_mpk import Case, scene_test
@@ -178,6 +179,9 @@ def test_runtime_errors_show_their_message_only(pytester: pytest.Pytester, scene
             "*_ TestNorm::b2[[]sm90[]] _*",
             "BlockDimError: rmsnorm_layer(): block_dim=(128, 1, 1) does not match the 256 worker "
             "threads of sm90; pass block_dim=pk.block_dim",
+            "  at test_scene.py:9, in build:",
+            "    pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(2, 1, 1),",
+            "                     block_dim=(128, 1, 1))",
         ]
     )
     result.stdout.no_fnmatch_line("*kernel.py*")
@@ -201,3 +205,45 @@ def test_a_mistake_in_the_scene_shows_the_scene_s_frames(pytester: pytest.Pytest
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([">*return args.inptu", "E*AttributeError: *'inptu'*", "test_scene.py:*: AttributeError"])
     result.stdout.no_fnmatch_line("*pytest_mpk*")
+
+
+def test_an_inner_run_does_not_warn_about_assertion_rewriting(pytester: pytest.Pytester, scenes) -> None:
+    """An in-process run finds the plugin as this process imported it (from the installation, not
+    the checkout), so pytest has no module of ours to mark for rewriting after the fact."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+    """
+    )
+    result = pytester.runpytest_inprocess("--collect-only")
+    result.stdout.no_fnmatch_line("*PytestAssertRewriteWarning*")
+    result.stdout.no_fnmatch_line("*already imported*")
+
+
+def test_a_non_contiguous_input_is_refused_as_attach_input_refuses_it(pytester: pytest.Pytester, scenes) -> None:
+    """The harness copies what generate_args returns with its strides, so the one rule (in
+    attach_input) applies: a transposed view is refused, not silently made contiguous."""
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import Case, Out, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def generate_args(self, params):
+                return {"input": torch.randn(256, 2).t(), "weight": torch.randn(256), "output": Out(torch.empty(2, 256))}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["LayoutError: tensor 'input' with shape (2, 256) and strides (1, 2) is not contiguous; pass tensor.contiguous()"]
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,13 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
 def test_edited_source_is_rebuilt(pytester: pytest.Pytester, scenes) -> None:
     kept = kept_case(pytester)
     source = kept / "test_rank0.cu"
-    source.write_text(source.read_text() + f"// edited by {pytester.path.name}\n")  # a source no other test builds
+    edit = f"// edited by {uuid.uuid4().hex}\n"  # a source no other test, nor an earlier run, builds
+    source.write_text(source.read_text() + edit)
 
     result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["replayed *", "module built: *"])
-    assert source.read_text().endswith(f"// edited by {pytester.path.name}\n")
+    assert source.read_text().endswith(edit)
 
     result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA")  # the edited source, built once
     result.assert_outcomes(passed=1)
@@ -97,3 +99,41 @@ def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines(
         [f"GraphError: {glob.escape(str(empty))} is not a compile output directory of rank 0: missing *test_rank0.cu*"]
     )
+
+
+TWO_HOPS = """
+import torch
+from pytest_mpk import Case, scene_test
+from scenes import ProbeScene
+
+@scene_test(layer="probe")
+class TestTwoHops(ProbeScene):
+    '''x -> mid (an intermediate the runtime owns) -> y, one probe layer each.'''
+
+    CASES = [Case("b2", batch=2)]
+
+    def build(self, pk, t, params):
+        grid = (params["batch"], 1, 1)
+        mid = pk.new_tensor((params["batch"], 4), torch.int32, "mid")
+        pk.noop_layer(inputs=[t.x], outputs=[mid], grid_dim=grid, block_dim=pk.block_dim, probe=True)
+        pk.noop_layer(inputs=[mid], outputs=[t.y], grid_dim=grid, block_dim=pk.block_dim, probe=True)
+
+    def compute_golden(self, args, params):
+        return args.x.amax(dim=1, keepdim=True).expand_as(args.x) + 2
+"""
+
+
+def test_a_scene_with_intermediates_replays(pytester: pytest.Pytester, scenes) -> None:
+    """The replay allocates the intermediates the signature lists (the scene attaches only x and y)."""
+    pytester.makepyfile(test_scene=TWO_HOPS)
+    pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestTwoHops_b2_sm90"
+    signature = (kept / "signature_rank0.json").read_text()
+    assert '"mid"' in signature and '"intermediate"' in signature
+
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestTwoHops::b2", "-v", "-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test_scene.py::TestTwoHops::b2[[]sm90[]] PASSED*", f"replayed {glob.escape(str(kept))}"])
+
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-v")  # with no scene: inputs from the signature
+    result.assert_outcomes(passed=1)

@@ -24,10 +24,11 @@ MISTAKES = {
         """,
         "TestNorm: Case 'typo' has an unknown key 'hiden'; did you mean 'hidden'?",
     ),
-    "unknown_key_far": (
+    "unknown_key_of_params": (
         """
         @scene_test(layer="rmsnorm")
         class TestNorm(NormScene):
+            PARAMS = ("batch", "hidden")
             CASES = [Case("b2", batch=2, hidden=256), Case("odd", batch=2, hidden=256, zzz=1)]
         """,
         "TestNorm: Case 'odd' has an unknown key 'zzz'; the parameters are batch, hidden",
@@ -38,7 +39,17 @@ MISTAKES = {
         class TestNorm(NormScene):
             CASES = [Case("b2", batch=2, hidden=256), Case("short", batch=2)]
         """,
-        "TestNorm: Case 'short' lacks 'hidden'",
+        "TestNorm: Case 'short' lacks 'hidden', which generate_args reads as params['hidden']; give it, read it with "
+        "params.get('hidden', default), or declare DEFAULTS = {'hidden': ...}",
+    ),
+    "defaults_not_a_dict": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+            DEFAULTS = [("eps", 1e-6)]
+        """,
+        "TestNorm: DEFAULTS must be a dict of parameter name -> value, got [('eps', 1e-06)]",
     ),
     "missing_key_of_params": (
         """

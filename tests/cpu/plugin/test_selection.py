@@ -86,23 +86,48 @@ def test_keyword_selects_cases(pytester: pytest.Pytester, scenes) -> None:
     result.stdout.fnmatch_lines(["test_scene.py::TestNorm::b2[[]sm90[]]", "1/5 tests collected (4 deselected)*"])
 
 
+GOOD_AND_BAD = """
+from pytest_mpk import Case, scene_test
+from scenes import NormScene, rmsnorm
+
+@scene_test(layer="rmsnorm")
+class TestNorm(NormScene):
+    CASES = [Case("good", batch=2, hidden=256, off=0.0), Case("bad", batch=2, hidden=256, off=1.0),
+             Case("also_good", batch=2, hidden=256, off=0.0)]
+
+    def compute_golden(self, args, params):
+        return rmsnorm(args.input, args.weight) + params["off"]
+"""
+
+
 def test_last_failed_reruns_only_the_failing_case(pytester: pytest.Pytester, scenes) -> None:
-    pytester.makepyfile(
-        test_scene="""
-        from pytest_mpk import Case, scene_test
-        from scenes import NormScene, rmsnorm
-
-        @scene_test(layer="rmsnorm")
-        class TestNorm(NormScene):
-            CASES = [Case("good", batch=2, hidden=256, off=0.0), Case("bad", batch=2, hidden=256, off=1.0)]
-
-            def compute_golden(self, args, params):
-                return rmsnorm(args.input, args.weight) + params["off"]
-    """
-    )
-    pytester.runpytest_inprocess().assert_outcomes(passed=1, failed=1)
+    pytester.makepyfile(test_scene=GOOD_AND_BAD)
+    pytester.runpytest_inprocess().assert_outcomes(passed=2, failed=1)
     result = pytester.runpytest_inprocess("--lf", "-v")
-    result.assert_outcomes(failed=1, deselected=1)
+    result.assert_outcomes(failed=1, deselected=2)
     result.stdout.fnmatch_lines(
         ["run-last-failure: rerun previous 1 failure*", "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*"]
     )
+
+
+def test_failed_first_runs_the_failing_case_first(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=GOOD_AND_BAD)
+    pytester.runpytest_inprocess().assert_outcomes(passed=2, failed=1)
+    result = pytester.runpytest_inprocess("--ff", "-v")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "run-last-failure: rerun previous 1 failure first*",
+            "test_scene.py::TestNorm::bad[[]sm90[]] FAILED*",
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED*",
+            "test_scene.py::TestNorm::also_good[[]sm90[]] PASSED*",
+        ]
+    )
+
+
+def test_stepwise_resumes_at_the_failing_case(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=GOOD_AND_BAD)
+    pytester.runpytest_inprocess("--sw").assert_outcomes(passed=1, failed=1)
+    result = pytester.runpytest_inprocess("--sw", "-v")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(["stepwise: skipping 1 already passed items*", "test_scene.py::TestNorm::bad[[]sm90[]] FAILED*"])

@@ -7,6 +7,8 @@ ProbeScene's build does not depend on the batch, so every example reuses one cac
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import settings
@@ -39,7 +41,8 @@ def test_sweep_passes_when_every_example_does(pytester: pytest.Pytester, scenes)
 
 def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, scenes) -> None:
     """The golden is wrong only from batch 3 on: the failure is reported for batch=3, whatever
-    batch Hypothesis first failed with, and its artifacts and repro line are those of that example."""
+    batch Hypothesis first failed with, and its artifacts and repro line are those of that example.
+    The check reads the params our report prints, never Hypothesis' wording."""
     pytester.makepyfile(test_scene=SWEEP.format(wrong=1))
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
@@ -51,8 +54,6 @@ def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, 
             "backend: emulated+compiled (sm90)",
             "artifacts: */.mpk-artifacts/test_scene.py_TestProbe_sweep_sm90 (*",
             "repro: pytest 'test_scene.py::TestProbe::sweep[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
-            "Falsifying example: sweep_case(",
-            "    params={'batch': 3},",
         ]
     )
     inputs = torch.load(pytester.path / ".mpk-artifacts" / "test_scene.py_TestProbe_sweep_sm90" / "inputs.pt")
@@ -107,3 +108,66 @@ def test_a_conftest_profile_of_the_same_name_wins(pytester: pytest.Pytester) -> 
         pytester.runpytest_inprocess().assert_outcomes(passed=1)
     finally:
         profiles.register()  # profiles are global to the process: the plugin's again
+
+
+RECORDING = """
+import json
+from hypothesis import strategies as st
+from pytest_mpk import scene_test
+from scenes import ProbeScene
+
+@scene_test(layer="probe")
+class TestProbe(ProbeScene):
+    SWEEP = {"batch": st.integers(1, 4), "salt": st.integers(0, 10**9)}  # salt: examples that share a module
+
+    def compute_golden(self, args, params):
+        with open("examples.jsonl", "a") as f:
+            f.write(json.dumps(params) + "\\n")
+        return super().compute_golden(args, params)
+"""
+
+
+def _examples(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / "examples.jsonl"
+    lines = path.read_text().splitlines()
+    path.unlink()
+    return [json.loads(line) for line in lines]
+
+
+def test_quick_sweep_runs_the_same_few_examples_every_run(pytester: pytest.Pytester, scenes) -> None:
+    """By default a sweep is derandomized: a second run draws the same examples, so it finds
+    their modules in the cache instead of building new shapes."""
+    pytester.makepyfile(test_scene=RECORDING)
+    pytester.runpytest_inprocess().assert_outcomes(passed=1)
+    first = _examples(pytester)
+    pytester.runpytest_inprocess().assert_outcomes(passed=1)
+    assert _examples(pytester) == first
+    assert len(first) == profiles.QUICK_SWEEP["max_examples"]
+
+
+def test_sweep_examples_option_gives_the_long_sweep(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=RECORDING)
+    pytester.runpytest_inprocess("--mpk-sweep-examples", "12").assert_outcomes(passed=1)
+    assert len(_examples(pytester)) == 12
+
+
+def test_a_profile_on_the_command_line_gives_the_long_sweep(pytester: pytest.Pytester, scenes) -> None:
+    loaded = settings._current_profile  # the inner run loads its profile for the whole process
+    pytester.makeconftest("""
+        from hypothesis import settings
+
+        settings.register_profile("long", max_examples=9)
+    """)
+    pytester.makepyfile(test_scene=RECORDING)
+    try:
+        pytester.runpytest_inprocess("--hypothesis-profile", "long").assert_outcomes(passed=1)
+    finally:
+        settings.load_profile(loaded or "default")
+    assert len(_examples(pytester)) == 9
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_sweep_examples_must_be_a_positive_count(pytester: pytest.Pytester, value: str) -> None:
+    result = pytester.runpytest_inprocess("--mpk-sweep-examples", value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*argument --mpk-sweep-examples: expected a positive number of examples, got '{value}'"])

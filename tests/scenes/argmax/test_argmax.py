@@ -65,5 +65,29 @@ class TestSampling(SceneTestCase):
         return torch.argmax(args.logits.float(), dim=-1)
 
 
+@scene_test(layer="argmax_reduce")
+class TestSamplingIntoOutputTokens(SceneTestCase):
+    """Sampling as a model does it, into the meta tensor output_tokens: Out(..., meta=True) is the
+    kernel's own meta tensor of that name (its rows are max_num_batched_tokens, here the batch)."""
+
+    CASES = [Case("b8_v4096", batch=8, vocab=4096, parts=8)]
+
+    def kernel_params(self, params):
+        return {"max_num_batched_tokens": params["batch"]}
+
+    def generate_args(self, params):
+        return {"logits": logits(params), "output_tokens": Out(torch.empty(params["batch"], dtype=torch.int64), meta=True)}
+
+    def build(self, pk, t, params):
+        b, p = params["batch"], params["parts"]
+        values = pk.new_tensor((b, p), torch.float32, "values")
+        indices = pk.new_tensor((b, p), torch.int64, "indices")
+        pk.argmax_partial_layer(input=t.logits, values=values, indices=indices, grid_dim=(p, 1, 1), block_dim=pk.block_dim)
+        pk.argmax_reduce_layer(values=values, indices=indices, output=t.output_tokens, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return torch.argmax(args.logits.float(), dim=-1)
+
+
 if __name__ == "__main__":
     SceneTestCase.run_module(__name__)
