@@ -14,7 +14,8 @@ them into a task graph by their data dependencies, compiles the graph into one p
     cli/       mpk-profile, mpk-graph (argument parsing only)
 
 Foundation modules every stage may use: errors, archs (the one arch table), contract (constants
-shared with csrc), dtypes, resources (where csrc/ and reference/ are). ``harness`` is the small
+shared with csrc), dtypes, resources (where csrc/ and reference/ are), memory (the budget that
+sizes from the user are checked against before anything is allocated). ``harness`` is the small
 set of entry points the pytest plugin uses besides this public API.
 """
 
@@ -31,10 +32,12 @@ from .errors import (
     CoResidencyError,
     DeviceError,
     DTypeError,
+    EmulationError,
     GraphError,
     GridError,
     KernelError,
     LayoutError,
+    MemoryBudgetError,
     MetaTensorError,
     MpkError,
     NameConflictError,
@@ -75,10 +78,12 @@ __all__ = [
     "DTensor",
     "DTypeError",
     "DeviceError",
+    "EmulationError",
     "GraphError",
     "GridError",
     "KernelError",
     "LayoutError",
+    "MemoryBudgetError",
     "MetaTensorError",
     "MpkError",
     "NameConflictError",

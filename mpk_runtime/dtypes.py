@@ -27,6 +27,7 @@ _DTYPES = [
 ]
 _BY_TORCH = {d.torch: d for d in _DTYPES}
 _BY_SHORT = {d.short: d for d in _DTYPES}
+SHORT_NAMES: tuple[str, ...] = tuple(_BY_SHORT)
 
 
 def lookup(dtype: torch.dtype) -> DType:

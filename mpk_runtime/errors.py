@@ -63,6 +63,16 @@ class BuildError(MpkError, RuntimeError):
     """nvcc failed, or a built module could not be loaded."""
 
 
+class MemoryBudgetError(MpkError, MemoryError):
+    """Sizes given by the user (shapes, init parameters) need more memory than the budget allows;
+    raised before anything is allocated (see mpk_runtime.memory)."""
+
+
+class EmulationError(MpkError, NotImplementedError):
+    """The CPU emulator cannot run this kernel as it is (e.g. a replayed source that was edited: the
+    emulator runs the task graph with the tasks' Python references, not CUDA code)."""
+
+
 class CoResidencyError(MpkError, RuntimeError):
     """The persistent kernel's CTAs cannot all be resident on the GPU at once."""
 

@@ -6,6 +6,8 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     native_arch(index)         the arch whose code runs natively on GPU ``index`` ("sm90"...)
     find_reference(...)        a layer's canonical PyTorch reference (reference/<layer>/...)
     read_compile_output(d, r)  a compile output directory, checked (for replays)
+    signature_arch(path)       the arch a signature file names (GraphError naming the file otherwise)
+    check_memory(...)          MemoryBudgetError unless tensors of these shapes fit (mpk_runtime.memory)
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
     META_TENSOR_NAMES          the meta tensors' names (a scene output of that name is that meta tensor)
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
@@ -44,6 +46,25 @@ def read_compile_output(directory: str | Path, rank: int) -> Any:
     from .build.artifacts import read
 
     return read(directory, rank)
+
+
+def signature_arch(path: str | Path) -> str:
+    from .build.artifacts import signature_arch as arch
+
+    return arch(Path(path))
+
+
+def check_memory(tensors: list[tuple[str, tuple[int, ...], str]], device: Any, where: str, copies: int = 1) -> None:
+    """MemoryBudgetError, before anything is allocated, unless ``copies`` copies of each tensor
+    (name, shape, dtype short name) fit the memory budget of ``device``."""
+    from . import memory
+    from .dtypes import from_short
+
+    needs = []
+    for name, shape, dtype in tensors:
+        need = memory.tensor_need(f"tensor {name!r}", shape, from_short(dtype))
+        needs.append(memory.Need(need.what if copies == 1 else f"{need.what} x {copies} copies", need.nbytes * copies))
+    memory.check(needs, device, where, "the shapes are too large for this machine")
 
 
 def torch_dtype(short: str) -> Any:
@@ -119,7 +140,9 @@ __all__ = [
     "find_reference",
     "mpi_job",
     "mpi_world",
+    "check_memory",
     "native_arch",
     "read_compile_output",
+    "signature_arch",
     "torch_dtype",
 ]

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from .scene import check_tolerance
+
 # (rtol, atol) per dtype: what a correct kernel lands within against an fp32 reference; integers
 # are exact. Cases override per case or per output (Case(rtol=..., atol=..., tolerances={...})).
 DEFAULT_TOLERANCES = {
@@ -20,6 +22,35 @@ WORST = 8
 
 class MismatchError(AssertionError):
     """An output differs from its golden; the message is the full report."""
+
+
+class GoldenError(MismatchError):
+    """A golden that cannot be compared with its output: not a tensor, or of another shape or kind."""
+
+
+def check_golden(where: str, name: str, value: object, output: torch.Tensor) -> None:
+    """GoldenError unless ``value`` is a tensor of ``output``'s shape and kind of dtype (floating,
+    integer, bool, complex; an fp32 golden of a bf16 output is fine). ``where`` names the scene."""
+    if not isinstance(value, torch.Tensor):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise GoldenError(f"{where}: the golden of output {name!r} is {shown} ({type(value).__name__}), not a torch.Tensor")
+    if tuple(value.shape) != tuple(output.shape):
+        raise GoldenError(
+            f"{where}: the golden of output {name!r} has shape {tuple(value.shape)}, but the output has {tuple(output.shape)}"
+        )
+    if _kind(value.dtype) != _kind(output.dtype):
+        raise GoldenError(
+            f"{where}: the golden of output {name!r} is {str(value.dtype).replace('torch.', '')} ({_kind(value.dtype)}), "
+            f"but the output is {str(output.dtype).replace('torch.', '')} ({_kind(output.dtype)})"
+        )
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "floating point" if dtype.is_floating_point else "integer"
 
 
 def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None = None) -> tuple[float, float]:
@@ -48,6 +79,7 @@ def poison(t: torch.Tensor) -> torch.Tensor:
 def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None, atol: float | None = None) -> None:
     """Raise MismatchError with a report unless ``actual`` matches ``expected`` within tolerance
     (``torch.testing.assert_close`` semantics; NaN never matches)."""
+    check_tolerance(f"output {name!r}", rtol, atol)
     if not isinstance(expected, torch.Tensor):
         raise MismatchError(f"output {name!r}: the golden is a {type(expected).__name__}, not a tensor")
     actual, expected = actual.detach().cpu(), expected.detach().cpu()

@@ -211,6 +211,9 @@ class _SceneItem(pytest.Item):
         )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:
+        from mpk_runtime import EmulationError
+
+        from .replay import refuse_emulation
         from .runner import run_case, seed_of
         from .session import SESSION_KEY
 
@@ -236,6 +239,9 @@ class _SceneItem(pytest.Item):
                 seed_of(self.nodeid),
                 [Path(self.path).parent],
             )
+        except EmulationError as e:  # an edited --mpk-replay source: skipped where the plugin chose the emulator
+            refuse_emulation(e, mpk.backend)
+            raise
         finally:
             self._notes.update(dict.fromkeys(setup.notes))
             lost = mpk.after_gpu_case(self, setup.backend)
@@ -256,11 +262,13 @@ class _SceneItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         from mpk_runtime import MpkError
 
-        from .runner import SceneFailure
+        from .runner import SceneError, SceneFailure
 
         notes = "".join(f"\n{n}" for n in getattr(excinfo.value, "__notes__", ()))  # e.g. Hypothesis' example
         if isinstance(excinfo.value, SceneFailure):
             return str(excinfo.value) + notes
+        if isinstance(excinfo.value, SceneError):  # what is wrong with the scene, said by the harness
+            return f"SceneError: {excinfo.value}{notes}"
         if isinstance(excinfo.value, MpkError):  # our errors say what is wrong and how to fix it, and where
             return f"{type(excinfo.value).__name__}: {excinfo.value}{self._user_frame(excinfo)}{notes}"
         return super().repr_failure(excinfo, style)

@@ -44,6 +44,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _one_of(*choices: str):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _arch(text: str) -> str:
+    from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)
+
+    return _one_of(*ARCH_NAMES, "auto")(text)
+
+
+# Ini key -> (its command-line option, the parser that checks it as the option is checked).
+INI_OPTIONS = {
+    "mpk_arch": ("--arch", _arch),
+    "mpk_backend": ("--mpk-backend", _one_of(*devices.BACKENDS)),
+    "mpk_hang_timeout": ("--mpk-hang-timeout", _positive_float),
+}
+
+
 def _case_selector(text: str) -> str:
     cls, sep, name = text.partition("::")
     if not sep or not cls.isidentifier() or not name or "[" in name:

@@ -15,7 +15,7 @@ from typing import Any
 import mpk_runtime as mpk
 
 from . import devices
-from .runner import Setup, generate, kernel_params
+from .runner import PREBUILT, Setup, generate, kernel_params
 from .scene import Out, SceneTestCase
 
 
@@ -38,6 +38,8 @@ def _compile(pk: mpk.PersistentKernel) -> bool:
         pk.compile()
     except Exception:  # noqa: BLE001 - as above
         return False
+    if not pk.build_result.cached:
+        PREBUILT[pk.build_result.entry.name] = pk.build_result.note
     return not pk.build_result.cached
 
 

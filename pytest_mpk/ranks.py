@@ -31,8 +31,9 @@ import mpk_runtime as mpk
 
 from . import devices
 from .compare import poison
-from .runner import SceneFailure, Setup, as_outputs, compare_outputs, generate, kernel_params
-from .scene import Case, InOut, Out, PerRank, SceneTestCase
+from .goldens import as_outputs, compare_outputs
+from .runner import SceneFailure, Setup, generate, kernel_params
+from .scene import Case, InOut, Out, PerRank, SceneTestCase, scene_info
 
 _stopped: list[str] = []  # why the MPI job cannot go on: a rank stopped responding
 
@@ -99,7 +100,7 @@ def goldens(scene: SceneTestCase, ranks: list[types.SimpleNamespace], params: di
 def _check(scene: SceneTestCase, case: Case | None, rk: _Rank, expected: dict) -> str | None:
     actual = {n: rk.tensors[n].detach().cpu() for n in rk.outs}
     try:
-        compare_outputs(scene, case, rk.outs, actual, expected, rk.before)
+        compare_outputs(scene, scene_info(type(scene)).layer, case, rk.outs, actual, expected, rk.before)
     except AssertionError as e:
         return str(e)
     return None

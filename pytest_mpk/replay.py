@@ -12,7 +12,6 @@ golden are used instead; see runner.run_case.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -30,9 +29,23 @@ def is_signature(path: Path) -> bool:
 
 class ReplayFile(pytest.File):
     def collect(self):
+        from mpk_runtime import MpkError, harness
+
         rank = int(SIGNATURE.match(self.path.name).group(1))
-        arch = json.loads(self.path.read_text()).get("arch", "sm90")
+        try:
+            arch = harness.signature_arch(self.path)
+        except MpkError as e:
+            raise self.CollectError(f"{type(e).__name__}: {e}") from None
         yield ReplayItem.from_parent(self, name=f"replay[{arch}]", rank=rank, arch=arch)
+
+
+def refuse_emulation(error: Exception, requested_backend: str) -> None:
+    """The emulator cannot run an edited source (mpk_runtime.EmulationError). Where the plugin chose
+    it (--mpk-backend auto: no GPU for the arch) the case is skipped, as a GPU-only test is on a
+    machine without one: it could not be checked here, and it did not pass. Where the user asked
+    for the emulator, the error stands and the case fails."""
+    if requested_backend == "auto":
+        raise pytest.skip.Exception(f"not run: {error}", _use_item_location=True)  # reported at the case
 
 
 class ReplayItem(pytest.Item):
@@ -54,6 +67,11 @@ class ReplayItem(pytest.Item):
         signature = harness.read_compile_output(directory, self.rank).signature
         backend = devices.backend_for(self.arch, session.backend, session.local_arch())
         self.user_properties.append((BACKEND_PROPERTY, backend))
+        shapes = [(t.name, t.shape, t.dtype) for t in signature.tensors]
+        # Host: the inputs, the run's tensors (or their copy back) and the golden run's; the GPU: the run's.
+        harness.check_memory(shapes, "cpu", f"replay of {directory}", copies=3)
+        if backend == devices.GPU:
+            harness.check_memory(shapes, torch.device("cuda", torch.cuda.current_device()), f"replay of {directory}")
         torch.manual_seed(seed_of(self.nodeid))
         inputs, outs = {}, []
         for t in signature.tensors:
@@ -68,9 +86,9 @@ class ReplayItem(pytest.Item):
                     torch.randn(t.shape).to(dtype) if dtype.is_floating_point else torch.randint(1, 64, t.shape, dtype=dtype)
                 )
 
-        def kernel(emulate: bool, tensors: dict):
+        def kernel(emulate: bool, tensors: dict, reference: bool = False):
             if emulate:
-                return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank, emulate=True)
+                return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank, reference=reference, emulate=True)
             if backend == devices.COMPILED:
                 return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank, compile_only=True)
             return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank)
@@ -86,10 +104,14 @@ class ReplayItem(pytest.Item):
         tensors = {n: v.to(device).clone() for n, v in inputs.items()}
         pk = kernel(backend == devices.EMULATED, tensors)
         try:
-            pk.compile()
-            self.add_report_section(
-                "call", "mpk", f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}"
-            )
+            try:
+                pk.compile()
+            except mpk.EmulationError as e:
+                refuse_emulation(e, session.backend)
+                raise
+            result = pk.build_result
+            notes = [f"module {'from the cache' if result.cached else 'built'}: {result.entry.name}"]
+            self.add_report_section("call", "mpk", "\n".join(notes + ([f"build cache: {result.note}"] if result.note else [])))
             if backend == devices.COMPILED:
                 return
             actual = launch(pk, tensors)
@@ -97,7 +119,7 @@ class ReplayItem(pytest.Item):
                 expected = launch(pk, tensors)  # the emulator's second launch interleaves tasks differently
             else:
                 cpu = {n: v.clone() for n, v in inputs.items()}
-                reference = kernel(True, cpu)
+                reference = kernel(True, cpu, reference=True)
                 reference.compile()
                 expected = launch(reference, cpu)
         finally:
@@ -105,5 +127,17 @@ class ReplayItem(pytest.Item):
         for name in outs:
             compare.check(name, actual[name], expected[name])
 
+    def repr_failure(self, excinfo, style=None):
+        """Our errors and mismatches say what is wrong in their message: no traceback of the plugin."""
+        from mpk_runtime import MpkError
+
+        from .compare import MismatchError
+
+        if isinstance(excinfo.value, MismatchError):
+            return str(excinfo.value)
+        if isinstance(excinfo.value, MpkError):
+            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
     def reportinfo(self):
-        return self.path, None, f"replay of {self.path.parent}"
+        return self.path, 0, f"replay of {self.path.parent}"  # a line: skips are reported here

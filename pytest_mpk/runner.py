@@ -17,9 +17,13 @@ import mpk_runtime as mpk
 from mpk_runtime import harness
 
 from . import compare, devices
+from .goldens import compare_outputs, golden
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
+# Modules the session's prebuild (prebuild.py) built for its cases: entry name -> the cache's note
+# on the build. The case that finds one in the cache reports it as built, with the note.
+PREBUILT: dict[str, str | None] = {}
 
 
 @dataclass
@@ -42,6 +46,10 @@ class SceneFailure(AssertionError):
     """A case failed; the message is complete (report, artifacts, repro), no traceback needed."""
 
 
+class SceneError(TypeError):
+    """The scene itself is wrong (what generate_args returns, ...); the message says what and where."""
+
+
 def seed_of(nodeid: str) -> int:
     return zlib.crc32(nodeid.encode())
 
@@ -50,9 +58,17 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
     torch.manual_seed(seed)
     args = scene.generate_args(dict(params))
     if not isinstance(args, dict) or not args:
-        raise TypeError(
+        raise SceneError(
             f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, got {type(args).__name__}"
         )
+    for name, value in args.items():
+        t = value.tensor if isinstance(value, Out) else value
+        if not isinstance(t, torch.Tensor):
+            shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
+            raise SceneError(
+                f"{type(scene).__name__}.generate_args: argument {name!r} is {shown} ({type(t).__name__}), not a "
+                f"torch.Tensor; every argument is a tensor, outputs wrapped in Out or InOut"
+            )
     return args
 
 
@@ -65,49 +81,6 @@ def outputs_of(args: dict[str, Any]) -> list[str]:
             f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
         )
     return names
-
-
-def golden(
-    scene: SceneTestCase,
-    layer: str,
-    args: dict[str, Any],
-    params: dict[str, Any],
-    search: list[Path],
-    outputs: list[str],
-    meta: dict[str, torch.Tensor] | None = None,
-) -> dict[str, Any]:
-    """The expected outputs: ``compute_golden(args, params)`` if the scene defines it, else the
-    layer's reference (nearest pytorch_reference.py) called with the inputs by name. ``args.meta``
-    holds the meta tensors as prepare_next_batch left them (CPU copies), for layers that read them."""
-    plain = {n: (v.tensor if isinstance(v, Out) else v) for n, v in args.items()}
-    compute = getattr(scene, "compute_golden", None)
-    if compute is not None:
-        namespace = types.SimpleNamespace(**plain)
-        if "meta" not in plain:  # an argument named meta keeps its name; the meta tensors are then in pk only
-            namespace.meta = types.SimpleNamespace(**(meta or {}))
-        result = compute(namespace, dict(params))
-    else:
-        fn = harness.find_reference(layer, search=search)
-        ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
-        result = fn(**ins)
-    return as_outputs(result, outputs)
-
-
-def as_outputs(result: Any, outputs: list[str]) -> dict[str, Any]:
-    """A golden in any of its forms (a dict by output name, a tuple in output order, one tensor) as
-    a dict by output name."""
-    if isinstance(result, dict):
-        missing = [o for o in outputs if o not in result]
-        if missing:
-            raise TypeError(f"the golden has no value for output(s) {missing}; return {{name: tensor}} for {outputs}")
-        return result
-    if isinstance(result, (tuple, list)):
-        if len(result) != len(outputs):
-            raise TypeError(f"the golden returned {len(result)} values for {len(outputs)} outputs {outputs}")
-        return dict(zip(outputs, result))
-    if len(outputs) != 1:
-        raise TypeError(f"the golden returned one tensor, but the scene has outputs {outputs}; return a dict")
-    return {outputs[0]: result}
 
 
 def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
@@ -142,7 +115,7 @@ def run_case(
     args = generate(scene, params, seed)
     outs = outputs_of(args)
     if not outs:
-        raise TypeError(
+        raise SceneError(
             f"{type(scene).__name__}.generate_args returned no Out or InOut tensor; wrap each output, "
             f"e.g. 'output': Out(torch.empty(...))"
         )
@@ -194,10 +167,15 @@ def run_case(
             t = types.SimpleNamespace(**{n: pk.attach_input(v, n) for n, v in run_tensors.items()})
             scene.build(pk, t, dict(params))
         pk.compile(output_dir=setup.artifacts)
-        setup.notes.append(f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}")
+        entry = pk.build_result.entry.name
+        built_before = entry in PREBUILT
+        cache_note = PREBUILT.pop(entry, None) if built_before else pk.build_result.note
+        setup.notes.append(f"module {'from the cache' if pk.build_result.cached and not built_before else 'built'}: {entry}")
         if pk.params.fitted:
             fitted = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in pk.params.fitted.items())
             setup.notes.append(f"kernel params fitted to the default prompt: {fitted}")
+        if cache_note:  # a damaged cache entry rebuilt, a lock holder built around
+            setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
@@ -215,7 +193,7 @@ def run_case(
             outs,
             {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
-        compare_outputs(scene, case, outs, actual, expected, before)
+        compare_outputs(scene, layer, case, outs, actual, expected, before)
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         raise SceneFailure(_failure_text(e, setup, params, saved)) from None
@@ -227,27 +205,6 @@ def run_case(
                 setup.notes.append(f"finalize: {e}")
     if clear and not setup.keep_artifacts:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
-
-
-def compare_outputs(scene: SceneTestCase, case: Case | None, outs: list[str], actual: dict, expected: dict, before: dict) -> None:
-    """The scene's ``compare``, else every output against its golden; MismatchError with every report."""
-    scene_compare = getattr(scene, "compare", None)
-    if scene_compare is not None:
-        scene_compare(actual, expected, case)
-        return
-    errors = []
-    for name in outs:
-        rtol, atol = case.tolerance_for(name) if case else (None, None)
-        want = expected[name]
-        try:
-            if isinstance(want, Expected):
-                compare.check_expected(name, actual[name], want, before[name], rtol, atol)
-            else:
-                compare.check(name, actual[name], want, rtol, atol)
-        except compare.MismatchError as e:
-            errors.append(str(e))
-    if errors:
-        raise compare.MismatchError("\n".join(errors))
 
 
 def _copy(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -286,9 +243,11 @@ def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str]
         actual = None
     if actual is not None:
         torch.save(actual, setup.artifacts / "actual.pt")
-    if expected is not None:
+    if expected is not None:  # what the golden gave that is a tensor (a wrong one is what the report is about)
         values = {n: (v.value if isinstance(v, Expected) else v) for n, v in expected.items()}
-        torch.save({n: v.detach().cpu() for n, v in values.items()}, setup.artifacts / "expected.pt")
+        torch.save(
+            {n: v.detach().cpu() for n, v in values.items() if isinstance(v, torch.Tensor)}, setup.artifacts / "expected.pt"
+        )
     (setup.artifacts / "repro.txt").write_text(setup.repro + "\n")
     return [name for name in FAILURE_FILES if (setup.artifacts / name).exists()]
 

@@ -17,6 +17,7 @@ torch-free arch table of mpk_runtime, when a Case names archs), so loading the p
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +99,13 @@ class Case:
             raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCH_NAMES)}")
         self.name, self.params, self.manual = name, params, manual
         self.archs = tuple(archs) if archs is not None else None
+        check_tolerance(f"Case {name!r}", rtol, atol)
+        if not isinstance(tolerances or {}, dict):
+            raise ValueError(f"Case {name!r}: tolerances must be a dict of output name -> (rtol, atol), got {tolerances!r}")
+        for output, pair in (tolerances or {}).items():
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise ValueError(f"Case {name!r}: tolerances[{output!r}]={pair!r} must be a pair (rtol, atol)")
+            check_tolerance(f"Case {name!r}, output {output!r}", *pair)
         self.rtol, self.atol, self.tolerances = rtol, atol, dict(tolerances or {})
 
     def tolerance_for(self, output: str) -> tuple[float | None, float | None]:
@@ -136,6 +144,15 @@ def model_batches(kernel_params: dict[str, Any]) -> Any:
     from mpk_runtime.harness import model_batches as model
 
     return (types.SimpleNamespace(**m) for m in model({"test_mode": True, **kernel_params}))
+
+
+def check_tolerance(where: str, rtol: Any, atol: Any) -> None:
+    """ValueError unless rtol and atol are each None (the dtype's default) or a finite number >= 0:
+    an infinite or negative tolerance would pass any output, or none."""
+    for label, value in (("rtol", rtol), ("atol", atol)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value is not None and not (number and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{where}: {label}={value!r} must be a finite number >= 0 (or None for the dtype's default)")
 
 
 @dataclass(frozen=True)

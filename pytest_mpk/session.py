@@ -3,6 +3,7 @@ backend counts for the summary, and what to do when a GPU case kills the CUDA co
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
@@ -18,17 +19,41 @@ BACKEND_PROPERTY = "mpk_backend"  # user property of every item that ran a kerne
 CONTEXT_LOST_PROPERTY = "mpk_context_lost"  # user property of a GPU case after which the CUDA context was lost
 
 
+def ini(config: pytest.Config, name: str):
+    """An ini value, parsed and checked as its command-line option is (a pytest usage error otherwise)."""
+    from .plugin import INI_OPTIONS
+
+    option, parse = INI_OPTIONS[name]
+    text = config.getini(name)
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as e:
+        raise pytest.UsageError(f"ini option {name} = {text!r}: {e} (as {option})") from None
+
+
+def check_writable_dir(path: Path, where: str) -> None:
+    """A usage error when ``path`` can be neither made nor written: a file in its way, or no permission."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise pytest.UsageError(f"{where} {path}: {existing} is a file, not a directory; choose another directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"{where} {path}: {existing} is not writable; choose a directory you can write")
+
+
 class MpkSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         opt = config.option
-        self.requested_archs: list[str] = opt.mpk_arch or [config.getini("mpk_arch") or "auto"]
-        self.backend: str = opt.mpk_backend or config.getini("mpk_backend") or "auto"
+        self.requested_archs: list[str] = opt.mpk_arch or [ini(config, "mpk_arch")]
+        self.backend: str = opt.mpk_backend or ini(config, "mpk_backend")
         self.selected_cases: list[str] = opt.mpk_case or []
         artifacts = opt.mpk_artifacts_dir or config.getini("mpk_artifacts_dir") or ".mpk-artifacts"
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
+        check_writable_dir(self.artifacts_dir, "--mpk-artifacts-dir" if opt.mpk_artifacts_dir else "ini option mpk_artifacts_dir")
         self.keep_artifacts: bool = opt.mpk_keep_artifacts
-        self.hang_timeout: float = opt.mpk_hang_timeout or float(config.getini("mpk_hang_timeout") or 5.0)
+        self.hang_timeout: float = opt.mpk_hang_timeout or ini(config, "mpk_hang_timeout")
         self.rank_timeout: float | None = opt.mpk_rank_timeout
         self.replay: Path | None = Path(opt.mpk_replay).resolve() if opt.mpk_replay else None
         self.profile: bool = opt.mpk_profile

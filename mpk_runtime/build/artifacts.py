@@ -19,6 +19,7 @@ import torch
 
 from ..errors import GraphError
 from ..graph.compiled import FORMAT_VERSION, CompiledGraph
+from ..graph.compiled_writer import dumps, graph_text
 
 SIGNATURE_FORMAT = "mpk-signature"
 # The init parameters a signature records: what a replay needs to rebuild the same kernel.
@@ -102,6 +103,7 @@ class CompileOutput:
     graph: CompiledGraph
     signature: Signature
     meta: dict[str, torch.Tensor] = field(default_factory=dict)
+    edited: str | None = None  # how the source differs from the one the graph generates (replay.plan)
 
 
 def paths(output_dir: str | Path, rank: int) -> dict[str, Path]:
@@ -124,7 +126,7 @@ def write(
 ) -> dict[str, Path]:
     where = paths(output_dir, rank)
     write_if_changed(where["source"], source)
-    write_if_changed(where["graph"], dumps(graph.to_json()))
+    write_if_changed(where["graph"], graph_text(graph))
     write_if_changed(where["signature"], dumps(signature.to_json()))
     if meta_overrides:
         torch.save({k: v.detach().cpu() for k, v in meta_overrides.items()}, where["meta"])
@@ -136,6 +138,9 @@ def write(
 def read(output_dir: str | Path, rank: int) -> CompileOutput:
     """A compile output directory, every file checked; GraphError naming the file and field otherwise."""
     where = paths(output_dir, rank)
+    if not Path(output_dir).is_dir():
+        what = "does not exist" if not Path(output_dir).exists() else "is not a directory"
+        raise GraphError(f"{output_dir} {what}; a replay needs a compile output directory (pk.compile(output_dir=...))")
     missing = [str(p) for k, p in where.items() if k != "meta" and not p.is_file()]
     if missing:
         raise GraphError(
@@ -159,8 +164,35 @@ def read(output_dir: str | Path, rank: int) -> CompileOutput:
     from .signature_reader import check_against_graph
 
     check_against_graph(signature, graph, str(output_dir))
-    meta = torch.load(where["meta"]) if where["meta"].is_file() else {}
-    return CompileOutput(Path(output_dir), where["source"].read_text(), graph, signature, meta)
+    meta = _load_meta(where["meta"]) if where["meta"].is_file() else {}
+    try:
+        source = where["source"].read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GraphError(f"{where['source']}: cannot be read: {e}") from None
+    return CompileOutput(Path(output_dir), source, graph, signature, meta)
+
+
+def _load_meta(path: Path) -> dict[str, torch.Tensor]:
+    """The saved meta tensor overrides (names and tensors; PersistentKernel checks their shapes)."""
+    try:
+        meta = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch.load raises many kinds for a damaged file
+        raise GraphError(
+            f"{path}: cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200]}); recompile to refresh it"
+        ) from None
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in meta.items()):
+        raise GraphError(f"{path}: expected a dict of meta tensor name -> tensor, got {type(meta).__name__}")
+    return meta
+
+
+def signature_arch(path: Path) -> str:
+    """The arch a signature file names, read with the checks of its JSON and format only."""
+    data = _load_json(path)
+    if not isinstance(data, dict) or data.get("format") != SIGNATURE_FORMAT:
+        raise GraphError(f'{path}: not a signature file (expected "format": "{SIGNATURE_FORMAT}")')
+    from .signature_reader import read_signature
+
+    return read_signature(data, str(path)).arch
 
 
 def _load_json(path: Path) -> Any:
@@ -170,19 +202,6 @@ def _load_json(path: Path) -> Any:
         raise GraphError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise GraphError(f"{path}: cannot be read: {e}") from None
-
-
-def dumps(data: dict) -> str:
-    """JSON with one line per top-level key, and one line per element of a top-level list (one
-    task per line: greppable, diffable, and still plain JSON)."""
-    parts = []
-    for key, value in data.items():
-        if isinstance(value, list) and value:
-            items = ",\n  ".join(json.dumps(v, separators=(",", ":")) for v in value)
-            parts.append(f"{json.dumps(key)}: [\n  {items}\n ]")
-        else:
-            parts.append(f"{json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}")
-    return "{\n " + ",\n ".join(parts) + "\n}\n"
 
 
 def write_if_changed(path: Path, text: str) -> bool:

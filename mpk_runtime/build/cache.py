@@ -3,33 +3,44 @@ again by every later one.
 
 Key: sha256 of the generated source, the content of every csrc header it includes (transitively),
 the nvcc version, the arch, the flags and the ABI version. Entries live in ``$MPK_CACHE_DIR`` (else
-``$XDG_CACHE_HOME/mpk``, else ``~/.cache/mpk``) under readable names (``rmsnorm_bf16_16_4096-<hash>``).
-A file lock per key with a re-check after acquiring it means that many processes asking for one key
-build it once; builds happen in a temporary directory published by an atomic rename; an entry whose
-recorded hash no longer matches its module is detected, removed and rebuilt.
+``$XDG_CACHE_HOME/mpk``, else ``~/.cache/mpk``; an empty variable counts as unset) under readable
+names (``rmsnorm_bf16_16_4096-sm90-<hash>``).
+
+- One build per key: a lock per key (lock.py) with a re-check after acquiring it; waiting is
+  bounded, and a stopped or too slow holder is built around (lock.py says why that is safe).
+- Atomic publication: a build happens in a temporary directory named for its process and is
+  published by one rename; leftovers of killed builds are removed by the next process that uses
+  the cache, never a live process's.
+- Healing: an entry that is damaged in any way it can be detected (cache_fs.entry_problem: a
+  record that is not an object or lacks a field, a module whose hash does not match, a file or a
+  dangling link in its place, ...) is set aside and rebuilt, with one line saying so, also in
+  ``BuildResult.note``.
+- Sharing: entries get the modes the umask allows (README: "A shared build cache"); every file
+  system error is a BuildError naming the path and the fix.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from .. import resources
 from ..contract import ABI_VERSION
+from ..errors import BuildError
+from . import cache_fs
+from .cache_fs import MODULE, RECORD, SOURCE, entry_problem, fs_error, fs_errors
+from .lock import build_lock, lock_timeout
 from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
 
-MODULE = "module.so"
-SOURCE = "source.cu"
-RECORD = "build.json"
+log = logging.getLogger("mpk_runtime.build")
+_cleaned: set[Path] = set()  # cache roots whose leftovers this process has removed
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ class BuildResult:
     key: str
     cached: bool  # True: loaded from the cache; False: built by this call
     seconds: float
+    note: str | None = None  # one line when the build was not an ordinary one (a damaged entry rebuilt, ...)
 
 
 def cache_key(source: str, arch: str, python_extension: bool = False) -> str:
@@ -56,27 +68,30 @@ def cache_key(source: str, arch: str, python_extension: bool = False) -> str:
 
 
 def cache_root() -> Path:
+    """The cache directory, created if needed; BuildError (the path and the fix) if it cannot be."""
     root = os.environ.get("MPK_CACHE_DIR")
     if root:
-        path = Path(root)
+        path = Path(root).expanduser()
     else:
-        path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpk"
-    (path / "modules").mkdir(parents=True, exist_ok=True)
+        try:
+            path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpk"
+        except RuntimeError:  # no home directory to be found
+            raise BuildError("build cache: no home directory and no XDG_CACHE_HOME; set MPK_CACHE_DIR") from None
+    with fs_errors("create the cache directory", path / "modules"):
+        (path / "modules").mkdir(parents=True, exist_ok=True)
     tag = path / "CACHEDIR.TAG"
     if not tag.exists():
-        tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# pytest-mpk build cache: safe to delete.\n")
+        with fs_errors("write", tag):
+            tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# pytest-mpk build cache: safe to delete.\n")
     return path
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def entry_is_valid(entry: Path) -> bool:
+def entry_is_valid(entry: Path, key: str | None = None) -> bool:
+    """Whether ``entry`` is a sound cache entry (of ``key``; default: the key its name ends with)."""
+    key = key if key is not None else _key_of(entry)
     try:
-        record = json.loads((entry / RECORD).read_text())
-        return record["module_sha256"] == _sha256(entry / MODULE)
-    except (OSError, ValueError, KeyError):
+        return entry_problem(entry, key) is None
+    except BuildError:
         return False
 
 
@@ -87,30 +102,74 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
     modules = cache_root() / "modules"
     entry = modules / f"{name}-{arch}-{key[:16]}"
-    if entry_is_valid(entry):
+    if entry_problem(entry, key) is None:
         return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
-    with FileLock(str(entry) + ".lock"):
-        if entry_is_valid(entry):  # another process built it while we waited
+    if modules not in _cleaned:
+        _cleaned.add(modules)
+        cache_fs.clean_leftovers(modules)
+    with build_lock(Path(f"{entry}.lock"), lock_timeout(), log.warning) as lock:
+        problem = entry_problem(entry, key)  # again: another process may have built it while we waited
+        if problem is None:
             return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
-        if entry.exists():
-            shutil.rmtree(entry)  # damaged: a half-deleted entry or a module that no longer matches its record
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=modules))
-        try:
+        notes = [] if lock.held else [f"built without the lock: {lock.note}"]
+        if problem != "missing":
+            notes.insert(0, f"rebuilt {entry.name}: {problem}")
+            if lock.held:  # without the lock, the holder may be about to publish: leave the entry to the rename below
+                cache_fs.discard(entry, modules)
+        note = "; ".join(notes) or None
+        if note:
+            log.warning("mpk build cache: %s", note)
+        cached = _build_and_publish(source, arch, key, name, python_extension, modules, entry)
+    return BuildResult(entry / MODULE, entry, key, cached, time.perf_counter() - start, note)
+
+
+def _build_and_publish(source: str, arch: str, key: str, name: str, ext: bool, modules: Path, entry: Path) -> bool:
+    """Build into a temporary directory and rename it to ``entry``. True when another process
+    published a sound entry first (that one is used, ours dropped)."""
+    tmp = cache_fs.temp_dir(modules, entry.name)
+    try:
+        with fs_errors("write the build's files in", tmp):
             (tmp / SOURCE).write_text(source)
-            compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
-            record = {
-                "key": key,
-                "arch": arch,
-                "name": name,
-                "nvcc": nvcc_version(nvcc()),
-                "flags": flags_for(arch, python_extension),
-                "module_sha256": _sha256(tmp / MODULE),
-                "built_by_pid": os.getpid(),
-                "built_at": time.time(),
-            }
+        compile_to(tmp / SOURCE, tmp / MODULE, arch, ext)
+        record = {
+            "key": key,
+            "arch": arch,
+            "name": name,
+            "nvcc": nvcc_version(nvcc()),
+            "flags": flags_for(arch, ext),
+            "module_sha256": cache_fs.sha256(tmp / MODULE),
+            "built_by_pid": os.getpid(),
+            "built_at": time.time(),
+        }
+        with fs_errors("write the build's files in", tmp):
             (tmp / RECORD).write_text(json.dumps(record, indent=1))
+        cache_fs.share(tmp)
+        return _publish(tmp, entry, key, modules)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: Path, entry: Path, key: str, modules: Path) -> bool:
+    for _ in range(2):
+        try:
             os.rename(tmp, entry)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return BuildResult(entry / MODULE, entry, key, False, time.perf_counter() - start)
+            return False
+        except OSError as e:
+            if not os.path.lexists(entry):
+                raise fs_error(e, "publish the build as", entry) from None
+        problem = entry_problem(entry, key)
+        if problem is None:
+            return True  # another process published the same key first
+        log.warning("mpk build cache: replacing %s, published meanwhile but damaged: %s", entry.name, problem)
+        cache_fs.discard(entry, modules)
+    raise BuildError(f"build cache: cannot publish {entry}: it keeps reappearing damaged; remove it, or set MPK_CACHE_DIR")
+
+
+def _key_of(entry: Path) -> str:
+    record = entry / RECORD
+    try:
+        data = json.loads(record.read_text())
+        return str(data["key"]) if isinstance(data, dict) else ""
+    except (OSError, ValueError, KeyError):
+        return ""

@@ -2,7 +2,9 @@
 
 ``PersistentKernel.from_artifacts`` (the front end) calls ``plan``; the saved source is built as it
 is now (an edited file is rebuilt, an unchanged one comes from the cache) and the saved graph is
-uploaded as it was.
+uploaded as it was. ``plan`` also tells whether the source was edited (it differs from the one
+the saved graph generates): the CPU emulator runs the graph with the tasks' Python references, so
+it cannot run an edited source, and the front end refuses to emulate one.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import Any
 
 import torch
 
-from .. import dtypes
+from .. import dtypes, memory
+from ..codegen import dispatcher
 from ..errors import ConfigError, GraphError, ShapeError
 from ..graph.shuffle import shuffle
+from ..graph.variants import Variant
+from ..tasks import registry
 from .artifacts import CompileOutput, read
 
 
@@ -51,33 +56,81 @@ def check_kernel(out: CompileOutput, arch: str, num_workers: int) -> None:
 def plan(output_dir: str | Path, rank: int) -> ReplayPlan:
     out = read(output_dir, rank)
     sig = out.signature
-    init = dict(sig.params)
-    return ReplayPlan(out, init, int(sig.arch[2:]))
+    for i, layer in enumerate(out.graph.layers):
+        if layer.task not in registry.names():
+            raise GraphError(
+                f"{out.directory}: layers[{i}] ({layer.name}) is a {layer.task!r} task, which is not registered in this "
+                f"process ({', '.join(registry.names())}); import the module that registers it before replaying"
+            )
+    out.edited = source_edit(out)
+    return ReplayPlan(out, dict(sig.params), int(sig.arch[2:]))
+
+
+def source_edit(out: CompileOutput) -> str | None:
+    """How the saved source differs from the one its task graph generates (None: it does not)."""
+    variants = []
+    layers = {layer.name: layer for layer in out.graph.layers}
+    for v in out.graph.variants:
+        first = layers.get(v.layers[0]) if v.layers else None
+        targs = list(first.template_args) if first else []
+        variants.append(Variant(v.id, registry.get(v.task), targs, list(v.layers)))
+    expected = dispatcher.generate(variants, out.graph.arch)
+    if expected == out.source:
+        return None
+    saved, made = out.source.splitlines(), expected.splitlines()
+    line = next((i for i, (a, b) in enumerate(zip(saved, made)) if a != b), min(len(saved), len(made)))
+    return (
+        f"{out.directory / f'test_rank{out.signature.rank}.cu'} is not the source its task graph generates "
+        f"(edited by hand, or written by another version of mpk_runtime): they differ from line {line + 1} on"
+    )
 
 
 def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     """Every tensor of the signature by name: the caller's, derived ones recomputed as the original
-    run did (shuffle_tensors), intermediates allocated here. ShapeError / GraphError otherwise."""
+    run did (shuffle_tensors), intermediates allocated here (within the memory budget).
+    ShapeError / GraphError otherwise."""
     wanted = {t.name: t for t in out.signature.tensors}
-    bound = dict(tensors)
-    for st in out.signature.tensors:
-        recipe = st.derived_from
-        if recipe and st.name not in bound and all(i in bound for i in recipe.get("inputs", ())):
-            bound[st.name] = shuffle([bound[i] for i in recipe["inputs"]], recipe["shuffled_dim"], recipe["num_groups"])
-        elif st.kind in ("intermediate", "workspace") and st.name not in bound:  # a layer's workspace starts zeroed
-            bound[st.name] = torch.zeros(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
-    unknown = sorted(set(bound) - set(wanted))
-    missing = sorted(set(wanted) - set(bound))
+    unknown = sorted(set(tensors) - set(wanted))
+    made = [
+        t for t in out.signature.tensors if t.name not in tensors and (t.derived_from or t.kind in ("intermediate", "workspace"))
+    ]
+    missing = sorted(set(wanted) - set(tensors) - {t.name for t in made})
     if unknown or missing:
         raise GraphError(
             f"replay of {out.directory}: tensors must match its signature; missing {missing or 'none'}, "
             f"unknown {unknown or 'none'}"
         )
-    for name, want in wanted.items():
-        given = bound[name]
-        if list(given.shape) != list(want.shape) or dtypes.lookup(given.dtype).short != want.dtype:
-            raise ShapeError(
-                f"replay of {out.directory}: tensor {name!r} must be {want.dtype} {tuple(want.shape)}, "
-                f"got {dtypes.lookup(given.dtype).short} {tuple(given.shape)}"
-            )
+    for name, given in tensors.items():
+        _check_bound(out, name, given)
+    memory.check(
+        [memory.tensor_need(f"tensor {t.name!r}", t.shape, dtypes.from_short(t.dtype)) for t in made],
+        device,
+        f"replay of {out.directory}",
+        "the signature's shapes are too large for this machine",
+    )
+    bound = dict(tensors)
+    for st in made:
+        recipe = st.derived_from
+        if recipe:
+            try:
+                bound[st.name] = shuffle([bound[i] for i in recipe["inputs"]], recipe["shuffled_dim"], recipe["num_groups"])
+            except KeyError as e:
+                raise GraphError(
+                    f"replay of {out.directory}: {st.name!r} is derived from {e.args[0]!r}, which is not bound"
+                ) from None
+            _check_bound(out, st.name, bound[st.name])
+        else:  # an intermediate, or a layer's workspace, which starts zeroed
+            bound[st.name] = torch.zeros(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
     return {name: bound[name] for name in wanted}
+
+
+def _check_bound(out: CompileOutput, name: str, given: Any) -> None:
+    want = next(t for t in out.signature.tensors if t.name == name)
+    if not isinstance(given, torch.Tensor):
+        raise ShapeError(f"replay of {out.directory}: tensor {name!r} must be a torch.Tensor, got {type(given).__name__}")
+    short = dtypes.lookup(given.dtype).short
+    if list(given.shape) != list(want.shape) or short != want.dtype:
+        raise ShapeError(
+            f"replay of {out.directory}: tensor {name!r} must be {want.dtype} {tuple(want.shape)}, "
+            f"got {short} {tuple(given.shape)}"
+        )

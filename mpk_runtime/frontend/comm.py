@@ -26,7 +26,7 @@ def bind(
         return None
     if backend == "emulated":
         for t in tensors:
-            t.data = torch.zeros(t.shape, dtype=t.dtype.torch)
+            t.bind(torch.zeros(t.shape, dtype=t.dtype.torch))
         return None
     layout = transport.plan([(t.name, t.data.numel() * t.dtype.itemsize) for t in tensors], len(compiled.tasks), p.world_size)
     world = bootstrap.require_world(p.world_size, p.mpi_rank) if p.world_size > 1 else None
@@ -34,7 +34,7 @@ def bind(
         module, device, layout, p.mpi_rank, p.world_size, world, transport.fingerprint(compiled, layout), p.comm_timeout
     )
     for t in tensors:
-        t.data = heap.view(t.name, t.shape, t.dtype.torch)
+        t.bind(heap.view(t.name, t.shape, t.dtype.torch))
     return heap
 
 

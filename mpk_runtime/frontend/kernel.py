@@ -13,7 +13,7 @@ import torch
 from ..build import artifacts, replay
 from ..build.cache import BuildResult, build_module
 from ..codegen import dispatcher
-from ..errors import StateError
+from ..errors import ConfigError, EmulationError, MemoryBudgetError, StateError
 from ..graph import CompiledGraph, DTensor, TaskGraph
 from ..run import gpu
 from ..run.device_graph import LaunchConfig
@@ -52,6 +52,7 @@ class PersistentKernel:
         self._runner: GpuKernel | EmulatedKernel | RankEmulatedKernel | None = None  # where launches run
         self._profile_pending = False  # a profiled launch whose trace synchronize() will write
         self._replay: artifacts.CompileOutput | None = None  # what from_artifacts read
+        self._replay_reference = False  # from_artifacts(reference=True)
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
         self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
@@ -59,18 +60,34 @@ class PersistentKernel:
 
     @classmethod
     def from_artifacts(
-        cls, output_dir: str | Path, tensors: dict[str, torch.Tensor], rank: int = 0, **overrides: Any
+        cls,
+        output_dir: str | Path,
+        tensors: dict[str, torch.Tensor],
+        rank: int = 0,
+        *,
+        reference: bool = False,
+        **overrides: Any,
     ) -> PersistentKernel:
         """A kernel for a directory written by ``compile(output_dir=...)``, for replaying it: its
         ``test_rank{r}.cu`` is built as it is now (an edited file is rebuilt, an unchanged one comes
         from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
-        its signature by name (intermediates may be left out). ``overrides`` change init parameters."""
+        its signature by name (intermediates may be left out). ``overrides`` change init parameters.
+
+        The CPU emulator (``emulate=True``) runs the task graph with the tasks' Python references,
+        never the source: compile() refuses an edited source with an EmulationError, unless
+        ``reference=True`` says that the run is a reference for the edit (a replay's golden)."""
         plan = replay.plan(output_dir, rank)
-        pk = cls(**replay.init_params(plan, overrides))
+        signature = artifacts.paths(output_dir, rank)["signature"]
+        try:
+            params.parse({**plan.init_params, "target_cc": plan.target_cc, "compile_only": True})
+            pk = cls(**replay.init_params(plan, overrides))
+        except (ConfigError, MemoryBudgetError) as e:
+            raise type(e)(f"{signature}: params: {e}") from None
         replay.check_kernel(plan.output, pk.arch, pk.params.num_workers)
         for name, t in replay.bind(plan.output, tensors, pk.device).items():
             pk.attach_input(t, name)
         pk._replay = plan.output
+        pk._replay_reference = reference
         return pk
 
     # -- properties ------------------------------------------------------------------------------
@@ -168,7 +185,14 @@ class PersistentKernel:
         if self._compiled is not None:
             raise StateError("compile() was already called on this kernel")
         p = self._p
+        self._graph.check_unchanged("compile()")
         if self._replay is not None:
+            if self._replay.edited and self.backend == "emulated" and not self._replay_reference:
+                raise EmulationError(
+                    f"{self._replay.edited}. The CPU emulator runs the saved task graph with the tasks' Python "
+                    f"references, not this CUDA source, so it cannot run the edit: replay it on a GPU that runs "
+                    f"{self.arch}, or with compile_only=True to check that it builds"
+                )
             source, graph, signature = self._replay.source, self._replay.graph, self._replay.signature
         else:
             source, graph, signature = lower(self._graph, p, self.arch)
@@ -216,6 +240,7 @@ class PersistentKernel:
                 f"this kernel was built with compile_only=True for {self.arch}; it cannot run. Build it "
                 f"without compile_only on a GPU, or with emulate=True to run it on the CPU emulator"
             )
+        self._graph.check_unchanged("launch")
         self._runner.launch(default_stream)
         self._profile_pending = self._profiler is not None
 

@@ -9,11 +9,13 @@ from ..build.artifacts import Signature
 from ..codegen import dispatcher
 from ..errors import DeviceError, GraphError, LayoutError
 from ..graph import CompiledGraph, TaskGraph, build_compiled, build_schedule, collect_variants
+from ..graph.bulk import gc_paused
 from .params import KernelParams
 
 ALIGNMENT = 16  # bytes; task bodies use 16-byte vector accesses
 
 
+@gc_paused()
 def lower(task_graph: TaskGraph, p: KernelParams, arch: str) -> tuple[str, CompiledGraph, Signature]:
     if not task_graph.layers:
         raise GraphError("nothing to compile: add layers (pk.<task>_layer(...)) before compile()")

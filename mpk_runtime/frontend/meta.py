@@ -38,6 +38,7 @@ import difflib
 
 import torch
 
+from .. import memory
 from ..contract import META_TENSORS as NAMES
 from ..errors import ConfigError, MetaTensorError
 from ..run.batching import BatchConfig
@@ -91,6 +92,7 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
         raise MetaTensorError(
             "the meta tensors describe 0 requests (tokens / prompt_lengths have no rows); give at least one request"
         )
+    check_budget(p, requests, device)
     meta = {}
     for name, (shape, dtype) in expected(p, requests).items():
         t = overrides.get(name)
@@ -112,6 +114,38 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
         meta[name] = t
     _check_contents(p, meta)
     return meta
+
+
+# Bytes per unit of what the runtime allocates from the init parameters besides the meta tensors.
+SCHEDULE_BYTES_PER_WORKER = 256  # host: queues, placement state (graph/schedule.py)
+DEVICE_BYTES_PER_WORKER = 16  # progress and status words (run/device_graph.py)
+EMULATED_BYTES_PER_PAGE = 40  # the emulator's page queue, a Python list (run/batching.py)
+
+
+def check_budget(p: KernelParams, requests: int, device: torch.device) -> None:
+    """MemoryBudgetError before anything is allocated when the meta tensors to be made and the
+    runtime's state sized by the init parameters do not fit (mpk_runtime.memory)."""
+    made = [
+        memory.tensor_need(f"meta tensor {name!r}", shape, dtype).renamed(_shape_rule(name))
+        for name, (shape, dtype) in expected(p, requests).items()
+        if name not in p.meta_tensors
+    ]
+    host = [memory.Need(f"the schedule of num_workers={p.num_workers}", SCHEDULE_BYTES_PER_WORKER * p.num_workers)]
+    if p.emulate:
+        host.append(memory.Need(f"the page queue of max_num_pages={p.max_num_pages}", EMULATED_BYTES_PER_PAGE * p.max_num_pages))
+    elif not p.compile_only:
+        pages = requests * -(-p.max_seq_length // p.page_size)
+        made += [
+            memory.Need(f"the page table of {requests} request(s) x max_seq_length / page_size", 4 * pages),
+            memory.Need(f"the page queue of max_num_pages={p.max_num_pages}", 4 * p.max_num_pages),
+            memory.Need(f"the state of num_workers={p.num_workers}", DEVICE_BYTES_PER_WORKER * p.num_workers),
+        ]
+    fix = "lower the init parameters that size it"
+    if device.type == "cpu":
+        memory.check(made + host, device, "PersistentKernel", fix)
+    else:
+        memory.check(made, device, "PersistentKernel", fix)
+        memory.check(host, torch.device("cpu"), "PersistentKernel", fix)
 
 
 def _shape_rule(name: str) -> str:

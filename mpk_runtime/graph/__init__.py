@@ -11,7 +11,10 @@ later stage (codegen, build artifacts, run, profile) reads.
     schedule.py      placement on workers, events
     variants.py      distinct template instantiations
     shuffle.py       interleaved weights (shuffle_tensors)
-    compiled.py      the CompiledGraph and its JSON (compiled_reader.py checks what it reads)
+    compiled.py      the CompiledGraph and its JSON (compiled_reader.py reads it back, field by
+                     field, compiled_checks.py checks what the fields must agree on,
+                     compiled_writer.py writes the text)
+    bulk.py          the garbage collector paused while big graphs are built
     queries.py       critical path, a task's producers and consumers, DOT (what mpk-graph prints)
 """
 

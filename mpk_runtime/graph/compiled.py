@@ -9,7 +9,7 @@ reads. ``from_json`` checks every field, so a damaged file is an error naming th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import GraphError
 from .schedule import Schedule
@@ -77,16 +77,14 @@ class VariantInfo:
     layers: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SliceRef:
+class SliceRef(NamedTuple):  # named tuples: a graph has one per task and argument, cheap to make
     tensor: str
     lo: tuple[int, ...]
     hi: tuple[int, ...]
     byte_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class TaskInfo:
+class TaskInfo(NamedTuple):
     id: int
     label: str
     layer: int
@@ -136,7 +134,8 @@ class CompiledGraph:
     def layer_of(self, task: TaskInfo) -> LayerInfo:
         return self.layers[task.layer]
 
-    def to_json(self) -> dict:
+    def to_json(self, tasks: bool = True) -> dict:
+        """The graph as JSON data (``tasks=False``: an empty task list, for compiled_writer)."""
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -181,7 +180,7 @@ class CompiledGraph:
                     "wait_event": t.wait_event,
                     "triggers": list(t.triggers),
                 }
-                for t in self.tasks
+                for t in (self.tasks if tasks else ())
             ],
             "schedule": {
                 "policy": self.schedule.policy,
@@ -233,24 +232,23 @@ def build_compiled(
     )
     variant_infos = tuple(VariantInfo(v.id, v.spec.name, v.call, v.smem, tuple(v.layers)) for v in variants)
 
-    def ref(s) -> SliceRef:
-        return SliceRef(s.tensor.name, s.region.lo, s.region.hi, s.byte_offset)
-
     tasks = tuple(
-        TaskInfo(
-            t.id,
-            t.label,
-            t.layer.id,
-            variant_of_layer[t.layer.id],
-            t.grid_idx,
-            tuple(ref(s) for s in t.reads),
-            tuple(ref(s) for s in t.writes),
-            tuple(sorted(t.deps.items())),
-            schedule.worker_of[t.id],
-            schedule.wait_event[t.id],
-            tuple(schedule.triggers[t.id]),
-        )
-        for t in graph.tasks
+        [
+            TaskInfo(
+                t.id,
+                t.label,
+                t.layer.id,
+                variant_of_layer[t.layer.id],
+                t.grid_idx,
+                tuple([SliceRef(s.tensor.name, s.region.lo, s.region.hi, s.byte_offset) for s in t.reads]),
+                tuple([SliceRef(s.tensor.name, s.region.lo, s.region.hi, s.byte_offset) for s in t.writes]),
+                tuple(sorted(t.deps.items())),
+                schedule.worker_of[t.id],
+                schedule.wait_event[t.id],
+                tuple(schedule.triggers[t.id]),
+            )
+            for t in graph.tasks
+        ]
     )
     events = tuple(EventInfo(e.id, e.trigger_count, tuple(e.producers), tuple(e.consumers)) for e in schedule.events)
     info = ScheduleInfo(

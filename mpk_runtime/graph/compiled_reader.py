@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import GraphError
+from .bulk import gc_paused
 from .compiled import (
     FORMAT,
     ArgInfo,
@@ -20,6 +21,7 @@ from .compiled import (
     TensorInfo,
     VariantInfo,
 )
+from .compiled_checks import check_compiled
 
 
 class _Field:
@@ -80,6 +82,7 @@ class _Field:
         return dict(self.value)
 
 
+@gc_paused()
 def read_compiled(data: Any, where: str) -> CompiledGraph:
     doc = _Field(data, "", where)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -97,8 +100,9 @@ def read_compiled(data: Any, where: str) -> CompiledGraph:
     if len(queues) != num_workers:
         raise sched["queues"].fail(f"{len(queues)} queues for num_workers={num_workers}")
     events = tuple(_event(f, i) for i, f in enumerate(sched["events"].items()))
+    counts = (len(layers), len(variants), num_workers, len(events))
     tasks = tuple(
-        _task(f, i, len(layers), len(variants), num_workers, len(events), names) for i, f in enumerate(doc["tasks"].items())
+        _task_fast(f.value, i, *counts, names) or _task(f, i, *counts, names) for i, f in enumerate(doc["tasks"].items())
     )
     n = len(tasks)
     queued = sorted(t for q in queues for t in q)
@@ -118,9 +122,11 @@ def read_compiled(data: Any, where: str) -> CompiledGraph:
             raise doc["tasks"][t.id]["deps"].fail(f"depends on tasks {bad}, which do not come before it")
     end = sched.get("end_of_task_graph", {}).get("trigger_count", sum(1 for q in queues if q)).as_int(0)
     schedule = ScheduleInfo(sched.get("policy", "locality").as_str(), num_workers, queues, end, events)
-    return CompiledGraph(
+    graph = CompiledGraph(
         doc.get("arch", "sm90").as_str(), doc.get("rank", 0).as_int(), tensors, layers, variants, tasks, schedule
     )
+    check_compiled(graph, where)
+    return graph
 
 
 def _tensor(f: _Field) -> TensorInfo:
@@ -209,6 +215,52 @@ def _task(
         f["wait_event"].opt_int(0, num_events),
         f["triggers"].ints(0, num_events),
     )
+
+
+_HAZARDS = ("raw", "war", "waw")
+
+
+def _nat(v: Any, hi: int | None = None) -> bool:
+    return type(v) is int and v >= 0 and (hi is None or v < hi)
+
+
+def _task_fast(
+    d: Any, index: int, num_layers: int, num_variants: int, num_workers: int, num_events: int, tensors: set[str]
+) -> TaskInfo | None:
+    """The task of a well-formed line, checked as _task checks it, without the per-field wrappers
+    (a graph has tens of thousands of lines); None at the first doubt, and _task says what is wrong."""
+    try:
+        grid, wait = d["grid_idx"], d["wait_event"]
+        slices = []
+        for side in (d["inputs"], d["outputs"]):
+            refs = []
+            for s in side:
+                lo, hi = tuple(s["lo"]), tuple(s["hi"])
+                ok = s["tensor"] in tensors and len(lo) == len(hi) and _nat(s["byte_offset"])
+                if not (ok and all(_nat(a) and _nat(b) and a <= b for a, b in zip(lo, hi))):
+                    return None
+                refs.append(SliceRef(s["tensor"], lo, hi, s["byte_offset"]))
+            slices.append(tuple(refs))
+        deps = tuple((x["task"], x["hazard"]) for x in d["deps"])
+        triggers = tuple(d["triggers"])
+        ok = (
+            d["id"] == index
+            and type(d["label"]) is str
+            and _nat(d["layer"], num_layers)
+            and _nat(d["variant"], num_variants)
+            and _nat(d["worker"], num_workers)
+            and (wait is None or _nat(wait, num_events))
+            and len(grid) == 3
+            and all(_nat(g) for g in grid)
+            and all(_nat(t) and h in _HAZARDS for t, h in deps)
+            and all(_nat(e, num_events) for e in triggers)
+        )
+    except (TypeError, KeyError, AttributeError):
+        return None
+    if not ok or type(d["id"]) is not int:
+        return None
+    (gx, gy, gz), (ins, outs) = grid, slices
+    return TaskInfo(index, d["label"], d["layer"], d["variant"], (gx, gy, gz), ins, outs, deps, d["worker"], wait, triggers)
 
 
 def _event(f: _Field, index: int) -> EventInfo:

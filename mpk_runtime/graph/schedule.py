@@ -89,11 +89,27 @@ def _place_by_locality(graph: TaskGraph, num_workers: int) -> list[int]:
         while heap[0][0] != avail[heap[0][1]]:
             heapq.heappop(heap)
         idlest = heap[0][1]
-        candidates = {idlest}
-        candidates.update(worker_of[p] for p in t.deps)
+        if not t.deps:
+            best_w, best_start = idlest, avail[idlest]
+            worker_of[t.id] = best_w
+            finish[t.id] = best_start + t.layer.cost_ns
+            avail[best_w] = finish[t.id]
+            heapq.heapreplace(heap, (avail[best_w], best_w))
+            continue
+        # A producer's data is ready on its own worker at its finish, elsewhere a hop later: per
+        # candidate worker, the latest finish there and the latest elsewhere (from the two latest
+        # finishes on distinct workers), in one pass over the producers.
+        latest: dict[int, float] = {}
+        for p in t.deps:
+            w, f = worker_of[p], finish[p]
+            if f > latest.get(w, -1.0):
+                latest[w] = f
+        f1, w1 = max((f, w) for w, f in latest.items())
+        f2 = max((f for w, f in latest.items() if w != w1), default=None)
+        hop1, hop2 = f1 + HOP_NS, (0.0 if f2 is None else f2 + HOP_NS)
         best_w, best_start = idlest, float("inf")
-        for w in sorted(candidates):
-            ready = max((finish[p] + (0.0 if worker_of[p] == w else HOP_NS) for p in t.deps), default=0.0)
+        for w in sorted({idlest, *latest}):
+            ready = max(latest.get(w, 0.0), hop2 if w == w1 else hop1)
             start = max(avail[w], ready)
             # On a tie prefer a producer's worker (locality), then the idlest one.
             if start < best_start or (start == best_start and w != idlest and best_w == idlest):

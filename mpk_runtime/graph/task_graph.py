@@ -7,16 +7,19 @@ hazard tracker (dependencies.py) gives each task the earlier tasks it must not o
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .. import memory
 from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
 from ..errors import ArityError, GraphError, GridError
 from ..tasks.partition import GRID_AXES, Arg, SliceInfo
 from ..tasks.spec import TaskSpec
-from .dependencies import HazardTracker
+from .bulk import gc_paused
+from .dependencies import Block, HazardTracker, LayerOrder
 from .shuffle import shuffle
 from .tensors import DTensor, MemoryIndex, Region, TensorSlice, check_new_tensor
 
@@ -62,6 +65,7 @@ class TaskGraph:
         self.layers: list[Layer] = []
         self.tasks: list[Task] = []
         self._hazards = HazardTracker()
+        self._order = LayerOrder()
         self._layer_counts: dict[str, int] = {}
         self._memory = MemoryIndex()
 
@@ -75,6 +79,7 @@ class TaskGraph:
 
     def add_intermediate(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
         _check_dims(dims, name, "new_tensor")
+        memory.check([memory.tensor_need(f"new_tensor {name!r}", dims, dtype)], device, "new_tensor", "use smaller dims")
         return self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device=device), name, "intermediate")
 
     def add_comm(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, world_size: int) -> DTensor:
@@ -84,6 +89,11 @@ class TaskGraph:
         t = self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device="meta"), name, "comm")
         t.comm_world_size = world_size
         return t
+
+    def check_unchanged(self, when: str) -> None:
+        """LayoutError if a tensor was resized or moved in place since it was attached."""
+        for t in self.tensors.values():
+            t.check_unchanged(when)
 
     def data(self, name: str) -> torch.Tensor:
         try:
@@ -126,6 +136,7 @@ class TaskGraph:
         raise GraphError(f"{layer}: argument {arg!r} must be a tensor from pk.attach_input / pk.new_tensor, got {value!r}")
 
     # -- layers ----------------------------------------------------------------------------------
+    @gc_paused()
     def add_layer(self, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg], values: dict[str, Any]) -> Layer:
         name = self.next_layer_name(spec)
         num_in = sum(not a.writes for a in args)
@@ -143,22 +154,33 @@ class TaskGraph:
             raise ArityError(f"{name}: {spec.name} gives {len(scalars)} descriptor scalars; a descriptor carries 2")
         layer = Layer(len(self.layers), name, spec, grid, values, args, targs, scalars, spec.cost_ns(slices))
         layer.first_task = len(self.tasks)
+        self._order.begin_layer(layer.first_task, grid[0] * grid[1] * grid[2])
+        self._hazards.begin_layer()
+        cuts = [_Cut(a, grid) for a in args]
         for gz, gy, gx in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
-            idx = (gx, gy, gz)
-            reads = [TensorSlice(a.tensor, _region(a, grid, idx), a.partition.runtime_disjoint) for a in args if not a.writes]
-            writes = [TensorSlice(a.tensor, _region(a, grid, idx), a.partition.runtime_disjoint) for a in args if a.writes]
-            self._add_task(Task(len(self.tasks), layer, idx, reads, writes))
+            idx = (gx, gy, gz, 0)  # index 3 (axis -1): the block coordinate of an unsplit dim
+            reads: list[TensorSlice] = []
+            writes: list[TensorSlice] = []
+            blocks: tuple[list[Block], list[Block]] = ([], [])
+            for c in cuts:
+                cell = c.cell(idx)
+                lo = tuple(map(operator.mul, cell, c.size))
+                region = Region(lo, tuple(map(operator.add, lo, c.size)))
+                (writes if c.writes else reads).append(TensorSlice(c.tensor, region, sum(map(operator.mul, cell, c.unit))))
+                blocks[c.writes].append(Block(c.name, c.size, cell, c.disjoint))
+            task = Task(len(self.tasks), layer, idx[:3], reads, writes)
+            task.deps = self._order.prune(self._hazards.add(task.id, *blocks))
+            self.tasks.append(task)
         layer.num_tasks = len(self.tasks) - layer.first_task
+        self._order.end_layer()
+        for name in {a.tensor.name for a in args if a.writes}:  # the slices of a partition tile the tensor
+            self._hazards.rewritten(name, layer.first_task)
         self._layer_counts[spec.name] = self._layer_counts.get(spec.name, 0) + 1
         for a in args:
             a.tensor.written |= a.writes
             a.tensor.read |= not a.writes
         self.layers.append(layer)
         return layer
-
-    def _add_task(self, task: Task) -> None:
-        task.deps = self._hazards.add(task.id, task.layer.id, task.reads, task.writes)
-        self.tasks.append(task)
 
     def dependents(self) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in self.tasks]
@@ -206,24 +228,26 @@ def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], ar
             )
 
 
-def _region(a: Arg, grid: tuple[int, int, int], idx: tuple[int, int, int]) -> Region:
-    lo, hi = [], []
-    for dim, size in enumerate(a.tensor.shape):
-        axis = a.partition.axis_of(dim)
-        if axis is None:
-            lo.append(0)
-            hi.append(size)
-        else:
-            k = GRID_AXES.index(axis)
-            step = size // grid[k]
-            lo.append(idx[k] * step)
-            hi.append((idx[k] + 1) * step)
-    return Region(tuple(lo), tuple(hi))
+class _Cut:
+    """How a layer's partition cuts one argument: per dim of its tensor, the grid axis that splits
+    it (-1: none) and the slice's extent. The task at grid index idx gets block ``cell`` (idx[axis]
+    per split dim, 0 elsewhere): elements [cell * size, (cell + 1) * size), starting
+    sum(cell * unit) bytes into the tensor."""
+
+    def __init__(self, a: Arg, grid: tuple[int, int, int]):
+        self.tensor, self.name, self.writes = a.tensor, a.tensor.name, a.writes
+        self.disjoint = a.partition.runtime_disjoint  # the tasks pick disjoint parts at run time
+        axes = [a.partition.axis_of(d) for d in range(a.tensor.num_dims)]
+        self.axes = tuple(-1 if x is None else GRID_AXES.index(x) for x in axes)
+        self.size = tuple(n if k < 0 else n // grid[k] for n, k in zip(a.tensor.shape, self.axes))
+        self.unit = tuple(s * st * a.tensor.dtype.itemsize for s, st in zip(self.size, a.tensor.strides))
+        # cell(idx) of an index (x, y, z, 0): the last entry stands for unsplit dims (axis -1).
+        picks = [3 if k < 0 else k for k in self.axes]
+        self.cell = operator.itemgetter(*picks) if len(picks) > 1 else (lambda idx, k=picks[0]: (idx[k],))
 
 
 def _slice_info(a: Arg, grid: tuple[int, int, int]) -> SliceInfo:
-    region = _region(a, grid, (0, 0, 0))
-    return SliceInfo(a.name, a.tensor.dtype, region.shape, a.tensor.shape, a.tensor.strides)
+    return SliceInfo(a.name, a.tensor.dtype, _Cut(a, grid).size, a.tensor.shape, a.tensor.strides)
 
 
 def check_grid(grid_dim: Any, layer: str) -> tuple[int, int, int]:

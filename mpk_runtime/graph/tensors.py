@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -26,6 +26,7 @@ class DTensor:
         self.shape = tuple(data.shape)
         self.dtype = dtypes.lookup(data.dtype)
         self.strides = tuple(data.stride())
+        self._layout = _layout(data)  # as attached: see check_unchanged
         self._graph_id = graph_id
         self.index = index
         self.read = False
@@ -45,10 +46,36 @@ class DTensor:
     def __repr__(self) -> str:
         return f"DTensor({self.name!r}, shape={self.shape}, dtype={self.dtype.short})"
 
+    def bind(self, data: torch.Tensor) -> None:
+        """Give a placeholder its memory (a communication tensor's, when compile() maps the heap)."""
+        self.data = data
+        self._layout = _layout(data)
 
-@dataclass(frozen=True)
-class Region:
-    """A half-open box ``[lo, hi)`` of a tensor's index space."""
+    def check_unchanged(self, when: str) -> None:
+        """LayoutError if the tensor was changed in place since it was attached (``resize_``,
+        ``set_``, ``as_strided_``, ...): the graph was cut, and the kernel holds pointers, for the
+        tensor as it was, so it would leave elements unwritten or write outside the tensor."""
+        now = _layout(self.data)
+        if now != self._layout:
+            was = self._layout
+            raise LayoutError(
+                f"{when}: tensor {self.name!r} changed after attach_input: it was {list(was[0])} with strides "
+                f"{list(was[1])} at {was[2]:#x} (storage {was[3]} bytes, {was[4]}), now {list(now[0])} with strides "
+                f"{list(now[1])} at {now[2]:#x} (storage {now[3]} bytes, {now[4]}); the kernel was built for the tensor as "
+                f"attached: attach tensors in their final shape and do not resize_ / set_ them afterwards"
+            )
+
+
+def _layout(data: torch.Tensor) -> tuple:
+    """What the kernel relies on of an attached tensor: shape, strides, address, storage size, dtype and device."""
+    ptr = 0 if data.device.type == "meta" else data.data_ptr()
+    nbytes = data.untyped_storage().nbytes()
+    return (tuple(data.shape), tuple(data.stride()), ptr, nbytes, f"{data.dtype} on {data.device}")
+
+
+class Region(NamedTuple):
+    """A half-open box ``[lo, hi)`` of a tensor's index space (a named tuple: a graph has one per
+    task and argument, so they are cheap to make)."""
 
     lo: tuple[int, ...]
     hi: tuple[int, ...]
@@ -61,17 +88,10 @@ class Region:
         return tuple(b - a for a, b in zip(self.lo, self.hi))
 
 
-@dataclass(frozen=True)
-class TensorSlice:
+class TensorSlice(NamedTuple):
     tensor: DTensor
     region: Region
-    # The task picks its part of the region at run time, disjoint from the other tasks of its layer
-    # (tasks.partition.Partition.selected): no hazard between two such slices of one layer.
-    runtime_disjoint: bool = False
-
-    @property
-    def byte_offset(self) -> int:
-        return sum(lo * st for lo, st in zip(self.region.lo, self.tensor.strides)) * self.tensor.dtype.itemsize
+    byte_offset: int  # of the region's first element, from the tensor's start
 
 
 def check_new_tensor(data: object, name: object, known: dict[str, DTensor]) -> None:

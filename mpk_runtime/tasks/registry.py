@@ -23,6 +23,7 @@ __all__ = [
     "TaskSpec",
     "all_specs",
     "get",
+    "names",
     "on_register",
     "register_task",
     "selected",
@@ -80,6 +81,10 @@ def get(name: str) -> TaskSpec:
         return _REGISTRY[name]
     except KeyError:
         raise GraphError(f"no task named {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
 
 
 def all_specs() -> list[TaskSpec]:

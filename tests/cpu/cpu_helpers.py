@@ -21,7 +21,8 @@ def rmsnorm_tensors(
 
 
 class GraphBuilder:
-    """A TaskGraph grown layer by layer: ``g.noop([a], [b], width=4)``, ``g.rmsnorm(x, w, y, grid=16)``."""
+    """A TaskGraph grown layer by layer: ``g.noop([a], [b], width=4)``, ``g.rmsnorm(x, w, y, grid=16)``,
+    ``g.linear(x, w, y, grid=4)``."""
 
     def __init__(self) -> None:
         self.graph = TaskGraph()
@@ -35,6 +36,9 @@ class GraphBuilder:
 
     def rmsnorm(self, x: DTensor, w: DTensor, y: DTensor, grid: int = 1, eps: float = 1e-6) -> Layer:
         return self._layer("rmsnorm", {"input": x, "weight": w, "output": y, "eps": eps}, grid)
+
+    def linear(self, x: DTensor, w: DTensor, y: DTensor, grid: int = 1) -> Layer:
+        return self._layer("linear", {"input": x, "weight": w, "output": y}, grid)
 
     def tasks_of(self, layer: Layer) -> list[int]:
         return list(range(layer.first_task, layer.first_task + layer.num_tasks))

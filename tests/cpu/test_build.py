@@ -14,7 +14,7 @@ import pytest
 from cpu_helpers import race_for_module
 
 from mpk_runtime import resources
-from mpk_runtime.build import artifacts
+from mpk_runtime.build import artifacts, cache_fs
 from mpk_runtime.build import cache as build
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BuildError, ConfigError
@@ -89,7 +89,7 @@ def test_entry_is_readable_and_recorded(noop_build, mpk_cache_dir):
     assert (entry / build.SOURCE).is_file()
     record = json.loads((entry / build.RECORD).read_text())
     assert record["key"] == noop_build.key and record["arch"] == "sm80" and record["name"] == "noop"
-    assert record["module_sha256"] == build._sha256(noop_build.path)
+    assert record["module_sha256"] == cache_fs.sha256(noop_build.path)
     assert build.entry_is_valid(entry)
 
 

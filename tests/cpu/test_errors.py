@@ -24,6 +24,8 @@ BUILTIN_OF = {
     "CoResidencyError": RuntimeError,
     "KernelError": RuntimeError,
     "WatchdogError": RuntimeError,
+    "MemoryBudgetError": MemoryError,
+    "EmulationError": NotImplementedError,
 }
 
 
@@ -45,7 +47,7 @@ def test_error_is_an_mpk_error_and_the_fitting_builtin(name):
 def test_every_public_error_is_an_mpk_error_and_a_builtin(name):
     cls = getattr(mpk, name)
     assert issubclass(cls, mpk.MpkError)
-    assert any(issubclass(cls, b) for b in (ValueError, TypeError, RuntimeError, OSError, LookupError))
+    assert any(issubclass(cls, b) for b in (ValueError, TypeError, RuntimeError, OSError, LookupError, MemoryError))
 
 
 def test_watchdog_error_is_a_kernel_error_carrying_its_record():

@@ -14,7 +14,7 @@ import pytest_mpk
 
 RUNTIME = Path(mpk_runtime.__file__).parent
 PLUGIN = Path(pytest_mpk.__file__).parent
-FOUNDATION = {"errors", "archs", "contract", "dtypes", "resources"}
+FOUNDATION = {"errors", "archs", "contract", "dtypes", "resources", "memory"}
 # The pipeline, in order: a stage may import itself and every stage before it. The front end is
 # the facade that drives the stages, so it comes after all of them; the CLI presents their results.
 STAGES = ["tasks", "graph", "codegen", "build", "run", "profile", "frontend", "cli"]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from pytest_mpk import InOut, Out
-from pytest_mpk.runner import golden
+from pytest_mpk.compare import GoldenError
+from pytest_mpk.goldens import golden
 
 NORM = """
 from pytest_mpk import Case, scene_test
@@ -135,7 +136,7 @@ def test_compare_override_decides(pytester: pytest.Pytester, scenes) -> None:
     )
 
 
-# -- the shapes a golden may return (runner.golden, no build needed) ---------------------------------
+# -- the shapes a golden may return (goldens.golden, no build needed) ---------------------------------
 class _Scene:
     def __init__(self, result):
         self.result = result
@@ -163,13 +164,13 @@ def test_golden_forms(result, outputs: list[str], expected: dict) -> None:
 @pytest.mark.parametrize(
     ("result", "outputs", "message"),
     [
-        ({"y": 1}, ["y", "z"], "the golden has no value for output(s) ['z']; return {name: tensor} for ['y', 'z']"),
-        ((1, 2, 3), ["y", "z"], "the golden returned 3 values for 2 outputs ['y', 'z']"),
-        (7, ["y", "z"], "the golden returned one tensor, but the scene has outputs ['y', 'z']; return a dict"),
+        ({"y": 1}, ["y", "z"], "_Scene.compute_golden: no value for output(s) ['z']; return {name: tensor} for ['y', 'z']"),
+        ((1, 2, 3), ["y", "z"], "_Scene.compute_golden: returned 3 values for 2 outputs ['y', 'z']"),
+        (7, ["y", "z"], "_Scene.compute_golden: returned one int, but the scene has outputs ['y', 'z']; return a dict"),
     ],
 )
 def test_golden_of_the_wrong_shape(result, outputs: list[str], message: str) -> None:
-    with pytest.raises(TypeError) as e:
+    with pytest.raises(GoldenError) as e:
         golden(_Scene(result), "any", ARGS, {}, [], outputs)
     assert str(e.value) == message
 

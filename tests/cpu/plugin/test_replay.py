@@ -7,28 +7,9 @@ from __future__ import annotations
 import glob
 import shutil
 import uuid
-from pathlib import Path
 
 import pytest
-
-SCENE = """
-from pytest_mpk import Case, scene_test
-from scenes import NormScene
-
-@scene_test(layer="rmsnorm")
-class TestNorm(NormScene):
-    CASES = [Case("b2", batch=2, hidden=256), Case("wide", batch=2, hidden=512)]
-"""
-FILES = ["signature_rank0.json", "task_graph_rank0.json", "test_rank0.cu"]
-
-
-def kept_case(pytester: pytest.Pytester) -> Path:
-    """Run TestNorm::b2 keeping its artifacts; its compile output directory."""
-    pytester.makepyfile(test_scene=SCENE)
-    pytester.runpytest_inprocess("--mpk-case", "TestNorm::b2", "--mpk-keep-artifacts").assert_outcomes(passed=1)
-    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_b2_sm90"
-    assert sorted(p.name for p in kept.iterdir()) == FILES
-    return kept
+from replay_scene import FILES, SCENE, kept_case
 
 
 def test_directory_replays_with_no_scene(pytester: pytest.Pytester, scenes) -> None:
@@ -66,20 +47,37 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     assert sorted(p.name for p in kept.iterdir()) == FILES  # the replayed directory is left as it was
 
 
-def test_edited_source_is_rebuilt(pytester: pytest.Pytester, scenes) -> None:
+def test_edited_source_is_rebuilt_and_never_passed_by_the_emulator(pytester: pytest.Pytester, scenes) -> None:
+    """The emulator runs the saved task graph with the Python references, not the edited CUDA source:
+    where the plugin chose it (no GPU) the case is skipped, where the user asked for it the case fails;
+    compile-only builds the edit."""
     kept = kept_case(pytester)
     source = kept / "test_rank0.cu"
     edit = f"// edited by {uuid.uuid4().hex}\n"  # a source no other test, nor an earlier run, builds
     source.write_text(source.read_text() + edit)
+    edited = (
+        f"{glob.escape(str(source))} is not the source its task graph generates (edited by hand, or written by another version"
+    )
 
-    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [f"SKIPPED [[]1[]] test_scene.py:*: not run: {edited}*The CPU emulator runs the saved task graph*"]
+    )
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "emulate")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"EmulationError: {edited}*: replay it on a GPU that runs sm90, or with compile_only=True*"])
+
+    args = ["--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "compile-only", "-rA"]
+    result = pytester.runpytest_inprocess(*args)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["replayed *", "module built: *"])
     assert source.read_text().endswith(edit)
 
-    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA")  # the edited source, built once
+    pytester.runpytest_inprocess("-p", "mpk", str(kept)).assert_outcomes(skipped=1)  # no scene: the same refusal
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA", "--mpk-backend", "compile-only")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["module from the cache: *"])
+    result.stdout.fnmatch_lines(["module from the cache: *"])  # the edited source, built once
 
 
 def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytester, scenes) -> None:

@@ -259,7 +259,7 @@ def test_a_scene_needing_real_shapes_is_checked_when_it_runs(pytester: pytest.Py
     )
     result = pytester.runpytest_inprocess("-rf")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*TypeError: TestBad.generate_args returned no Out or InOut tensor; wrap each output*"])
+    result.stdout.fnmatch_lines(["SceneError: TestBad.generate_args returned no Out or InOut tensor; wrap each output*"])
 
 
 def test_collection_computes_no_tensor(pytester: pytest.Pytester, scenes) -> None:

@@ -113,7 +113,8 @@ def test_dot(capsys, compiled_graph, tmp_path):
 
 
 def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
-    """A minimal valid task graph: one layer, task i depending on deps[i], all on worker 0."""
+    """A minimal valid task graph: one layer (none without tasks), task i depending on deps[i], all
+    on worker 0."""
     n = len(deps)
     return {
         "format": "mpk-task-graph",
@@ -127,13 +128,13 @@ def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
                 "name": "noop_0",
                 "task": "noop",
                 "opcode": 1,
-                "grid": [max(n, 1), 1, 1],
+                "grid": [n, 1, 1],
                 "scalars": [],
                 "first_task": 0,
                 "num_tasks": n,
                 "args": [],
             }
-        ],
+        ][: 1 if n else 0],
         "variants": [{"id": 0, "task": "noop", "call": "noop<>(task, rt);"}],
         "tasks": [
             {
@@ -151,7 +152,13 @@ def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
             }
             for i in range(n)
         ],
-        "schedule": {"policy": "locality", "num_workers": 1, "queues": [list(range(n))], "events": []},
+        "schedule": {
+            "policy": "locality",
+            "num_workers": 1,
+            "queues": [list(range(n))],
+            "end_of_task_graph": {"trigger_count": 1 if n else 0},
+            "events": [],
+        },
     }
 
 

@@ -1,0 +1,91 @@
+"""A scene's golden: the expected outputs, from ``compute_golden`` or the layer's reference, in the
+one form the comparison takes (a dict of output name -> value), or a GoldenError naming the scene."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mpk_runtime import harness
+
+from . import compare
+from .scene import Case, Expected, InOut, Out, SceneTestCase
+
+
+def golden(
+    scene: SceneTestCase,
+    layer: str,
+    args: dict[str, Any],
+    params: dict[str, Any],
+    search: list[Path],
+    outputs: list[str],
+    meta: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """The expected outputs: ``compute_golden(args, params)`` if the scene defines it, else the
+    layer's reference (nearest pytorch_reference.py) called with the inputs by name. ``args.meta``
+    holds the meta tensors as prepare_next_batch left them (CPU copies), for layers that read them."""
+    plain = {n: (v.tensor if isinstance(v, Out) else v) for n, v in args.items()}
+    compute = getattr(scene, "compute_golden", None)
+    if compute is not None:
+        namespace = types.SimpleNamespace(**plain)
+        if "meta" not in plain:  # an argument named meta keeps its name; the meta tensors are then in pk only
+            namespace.meta = types.SimpleNamespace(**(meta or {}))
+        result = compute(namespace, dict(params))
+    else:
+        fn = harness.find_reference(layer, search=search)
+        ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
+        result = fn(**ins)
+    return as_outputs(result, outputs, golden_of(scene, layer))
+
+
+def as_outputs(result: Any, outputs: list[str], where: str = "the golden") -> dict[str, Any]:
+    """A golden in any of its forms (a dict by output name, a tuple in output order, one value) as a
+    dict by output name; GoldenError naming ``where`` when it cannot be."""
+    if isinstance(result, dict):
+        missing = [o for o in outputs if o not in result]
+        if missing:
+            raise compare.GoldenError(f"{where}: no value for output(s) {missing}; return {{name: tensor}} for {outputs}")
+        return result
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(outputs):
+            raise compare.GoldenError(f"{where}: returned {len(result)} values for {len(outputs)} outputs {outputs}")
+        return dict(zip(outputs, result))
+    if len(outputs) != 1:
+        raise compare.GoldenError(
+            f"{where}: returned one {type(result).__name__}, but the scene has outputs {outputs}; return a dict"
+        )
+    return {outputs[0]: result}
+
+
+def compare_outputs(
+    scene: SceneTestCase, layer: str, case: Case | None, outs: list[str], actual: dict, expected: dict, before: dict
+) -> None:
+    """The scene's ``compare``, else every output against its golden (checked to be comparable
+    first); MismatchError with every output's report."""
+    scene_compare = getattr(scene, "compare", None)
+    if scene_compare is not None:
+        scene_compare(actual, expected, case)
+        return
+    errors = []
+    for name in outs:
+        rtol, atol = case.tolerance_for(name) if case else (None, None)
+        want = expected[name]
+        try:
+            compare.check_golden(golden_of(scene, layer), name, want.value if isinstance(want, Expected) else want, actual[name])
+            if isinstance(want, Expected):
+                compare.check_expected(name, actual[name], want, before[name], rtol, atol)
+            else:
+                compare.check(name, actual[name], want, rtol, atol)
+        except compare.MismatchError as e:
+            errors.append(str(e))
+    if errors:
+        raise compare.MismatchError("\n".join(errors))
+
+
+def golden_of(scene: SceneTestCase, layer: str) -> str:
+    """Where a scene's golden comes from, for messages."""
+    own = getattr(scene, "compute_golden", None) is not None
+    return f"{type(scene).__name__}.compute_golden" if own else f"{type(scene).__name__}'s golden (the {layer} reference)"
