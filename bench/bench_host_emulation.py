@@ -41,7 +41,10 @@ def cpu_name() -> str:
 
 def main() -> None:
     os.environ["MPK_CACHE_DIR"] = tempfile.mkdtemp(prefix="mpk-bench-emu-")
-    from mpk_runtime import abi, codegen, host_emulation
+    from mpk_runtime.build import host
+    from mpk_runtime.codegen import abi, dispatcher
+    from mpk_runtime.graph.variants import Variant
+    from mpk_runtime.run import host_runner
     from mpk_runtime.tasks import registry
 
     x = torch.randn(ROWS, HIDDEN, dtype=torch.bfloat16)
@@ -49,15 +52,15 @@ def main() -> None:
     y = torch.empty_like(x)
     tokens = torch.tensor([ROWS], dtype=torch.int32)
     meta, batch = abi.MpkMeta(num_new_tokens=tokens.data_ptr()), abi.MpkBatchConfig(max_num_batched_tokens=1)
-    desc = host_emulation.task_desc(0, [x.data_ptr(), w.data_ptr()], [y.data_ptr()], [{"f": 1e-6}, {"i": ROWS}])
-    variants = [codegen.Variant(0, registry.get("rmsnorm"), ["__nv_bfloat16", ROWS, HIDDEN])]
+    desc = host_runner.task_desc(0, [x.data_ptr(), w.data_ptr()], [y.data_ptr()], [{"f": 1e-6}, {"i": ROWS}])
+    variants = [Variant(0, registry.get("rmsnorm"), ["__nv_bfloat16", ROWS, HIDDEN])]
 
     rows = []
     for arch, threads in (("sm80", 128), ("sm90", 256)):
-        source = codegen.generate(variants, arch)
+        source = dispatcher.generate(variants, arch)
         for race_check in (False, True):
-            built = host_emulation.build_host_module(source, arch, "rmsnorm_bench", race_check)
-            module = host_emulation.HostModule(built.path)
+            built = host.build_host_module(source, arch, "rmsnorm_bench", race_check)
+            module = host_runner.HostModule(built.path)
             us = per_task_us(module, desc, meta, batch, reps=20 if race_check else 100)
             # Each of the 4 rows: 5 shuffles (warp_reduce) and 2 barriers (block_reduce) per thread.
             suspensions = ROWS * 7 * threads
@@ -76,7 +79,7 @@ def main() -> None:
     result = {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
-        "compiler": host_emulation.cxx_version(host_emulation.cxx()),
+        "compiler": host.cxx_version(host.cxx()),
         "torch": torch.__version__,
         "task": f"rmsnorm bf16 {ROWS}x{HIDDEN}",
         "fiber_switch_ns": round(switch_ns, 1),

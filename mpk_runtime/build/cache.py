@@ -18,6 +18,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,12 +73,33 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def entry_is_valid(entry: Path) -> bool:
+def entry_is_valid(entry: Path, filename: str = MODULE) -> bool:
     try:
         record = json.loads((entry / RECORD).read_text())
-        return record["module_sha256"] == _sha256(entry / MODULE)
+        return record["module_sha256"] == _sha256(entry / filename)
     except (OSError, ValueError, KeyError):
         return False
+
+
+def publish(entry: Path, filename: str, record: dict, make: Callable[[Path], None]) -> bool:
+    """Make sure ``entry`` holds a valid ``filename``: under the entry's lock, re-checked, build it
+    with ``make(tmp)`` into a temporary directory, record its hash in ``record`` and rename the
+    directory into place. Returns True when another process had built it (nothing was built here).
+    Every kind of cache entry (nvcc modules, host-emulation modules and archives) goes through here."""
+    with FileLock(str(entry) + ".lock"):
+        if entry_is_valid(entry, filename):  # another process built it while we waited
+            return True
+        if entry.exists():
+            shutil.rmtree(entry)  # damaged: a half-deleted entry or a module that no longer matches its record
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=entry.parent))
+        try:
+            make(tmp)
+            (tmp / RECORD).write_text(json.dumps({**record, "module_sha256": _sha256(tmp / filename)}, indent=1))
+            os.rename(tmp, entry)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return False
 
 
 def build_module(source: str, arch: str, name: str, python_extension: bool = False) -> BuildResult:
@@ -89,28 +111,19 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
     entry = modules / f"{name}-{arch}-{key[:16]}"
     if entry_is_valid(entry):
         return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
-    with FileLock(str(entry) + ".lock"):
-        if entry_is_valid(entry):  # another process built it while we waited
-            return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
-        if entry.exists():
-            shutil.rmtree(entry)  # damaged: a half-deleted entry or a module that no longer matches its record
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=modules))
-        try:
-            (tmp / SOURCE).write_text(source)
-            compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
-            record = {
-                "key": key,
-                "arch": arch,
-                "name": name,
-                "nvcc": nvcc_version(nvcc()),
-                "flags": flags_for(arch, python_extension),
-                "module_sha256": _sha256(tmp / MODULE),
-                "built_by_pid": os.getpid(),
-                "built_at": time.time(),
-            }
-            (tmp / RECORD).write_text(json.dumps(record, indent=1))
-            os.rename(tmp, entry)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return BuildResult(entry / MODULE, entry, key, False, time.perf_counter() - start)
+
+    def make(tmp: Path) -> None:
+        (tmp / SOURCE).write_text(source)
+        compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
+
+    record = {
+        "key": key,
+        "arch": arch,
+        "name": name,
+        "nvcc": nvcc_version(nvcc()),
+        "flags": flags_for(arch, python_extension),
+        "built_by_pid": os.getpid(),
+        "built_at": time.time(),
+    }
+    cached = publish(entry, MODULE, record, make)
+    return BuildResult(entry / MODULE, entry, key, cached, time.perf_counter() - start)
