@@ -75,6 +75,18 @@ class KernelError(MpkError, RuntimeError):
     """The persistent kernel stopped with an error reported by the device."""
 
 
+class EmulationError(KernelError):
+    """The CPU emulator found a fault in device code that the device would not report, or not as
+    precisely: a data race, a divergent barrier, a warp collective some lanes never reach, an access
+    outside a task's slices or outside every tensor, a fault in a task body, or a prepare_next_batch
+    that disagrees with its model. The message names the task (or iteration), the thread and the
+    source line; ``report`` holds the emulator's own text."""
+
+    def __init__(self, message: str, report: str = ""):
+        super().__init__(message)
+        self.report = report
+
+
 class WatchdogError(KernelError):
     """The device watchdog stopped a kernel in which nothing progressed for too long.
 

@@ -105,7 +105,12 @@ def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
     else:
-        init.update(num_workers=EMULATED_WORKERS, emulate=backend == devices.EMULATED, compile_only=backend == devices.COMPILED)
+        init.update(
+            num_workers=EMULATED_WORKERS,
+            emulate=devices.emulate_param(backend),
+            emulate_check=backend == devices.EMULATED_CHECKED,
+            compile_only=backend == devices.COMPILED,
+        )
     return init
 
 
@@ -160,6 +165,7 @@ def run_case(
                     k: init[k]
                     for k in (
                         "emulate",
+                        "emulate_check",
                         "compile_only",
                         "num_workers",
                         "num_local_schedulers",
@@ -177,6 +183,9 @@ def run_case(
             scene.build(pk, t, dict(params))
         pk.compile(output_dir=setup.artifacts)
         setup.notes.append(f"module {'from the cache' if pk.build_result.cached else 'built'}: {pk.build_result.entry.name}")
+        if pk.host_build_result is not None:
+            host = pk.host_build_result
+            setup.notes.append(f"host module {'from the cache' if host.cached else 'built'}: {host.entry.name}")
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input

@@ -24,6 +24,7 @@ class MpkSession:
         opt = config.option
         self.requested_archs: list[str] = opt.mpk_arch or [config.getini("mpk_arch") or "auto"]
         self.backend: str = opt.mpk_backend or config.getini("mpk_backend") or "auto"
+        self.emulate_check: bool = opt.mpk_emulate_check
         self.selected_cases: list[str] = opt.mpk_case or []
         artifacts = opt.mpk_artifacts_dir or config.getini("mpk_artifacts_dir") or ".mpk-artifacts"
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
@@ -56,6 +57,8 @@ class MpkSession:
         if arch:
             parts += ["--arch", arch]
         parts += ["--mpk-backend", self.backend]
+        if self.emulate_check:
+            parts.append("--mpk-emulate-check")
         if getattr(getattr(item, "case", None), "manual", False):  # skipped unless picked
             parts += ["--mpk-case", item.selector]
         if self.replay:

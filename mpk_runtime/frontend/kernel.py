@@ -13,10 +13,11 @@ import torch
 
 from ..build import artifacts, replay
 from ..build.cache import BuildResult, build_module
+from ..build.host import build_host_module
 from ..codegen import dispatcher
 from ..errors import StateError
 from ..graph import CompiledGraph, DTensor, TaskGraph
-from ..run import gpu
+from ..run import gpu, host_runner
 from ..run.device_graph import LaunchConfig
 from ..run.emulator import EmulatedKernel
 from ..run.launcher import Module
@@ -39,7 +40,7 @@ class PersistentKernel:
     def __init__(self, **init_params: Any):
         p = params.parse(init_params)
         self._p = p
-        self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
+        self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or bool(p.emulate))
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
         self._profiler = params.check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
@@ -50,7 +51,8 @@ class PersistentKernel:
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
         self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
-        self.build_result: BuildResult | None = None
+        self.build_result: BuildResult | None = None  # the nvcc build
+        self.host_build_result: BuildResult | None = None  # the host build (emulate=True)
 
     @classmethod
     def from_artifacts(
@@ -92,10 +94,18 @@ class PersistentKernel:
 
     @property
     def backend(self) -> str:
-        """Where launches run: "gpu", "emulated" (the CPU emulator) or "compile-only" (nowhere)."""
+        """Where launches run: "gpu", "emulated" (the CUDA task bodies on the CPU emulator),
+        "emulated-reference" (the emulator with each task's PyTorch slice reference) or
+        "compile-only" (nowhere)."""
         if self._p.emulate:
-            return "emulated"
+            return "emulated" if self._p.emulate is True else "emulated-reference"
         return "compile-only" if self._p.compile_only else "gpu"
+
+    @property
+    def runs_source(self) -> bool:
+        """Whether a launch runs the compiled source (test_rank{r}.cu, edited or not): on the GPU or
+        as CUDA bodies on the CPU, but not with slice references, and not compile-only."""
+        return self.backend in ("gpu", "emulated")
 
     @property
     def compiled_graph(self) -> CompiledGraph:
@@ -159,6 +169,11 @@ class PersistentKernel:
                 module, graph, self._tensors(), self.meta_tensors, launch, batch, self.device, self.block_dim[0], self._profiler
             )
         elif self.backend == "emulated":
+            name = dispatcher.module_name_of(source)
+            self.host_build_result = build_host_module(source, self.arch, name, race_check=p.emulate_check)
+            host = host_runner.load_module(self.host_build_result.path)
+            self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch, host, check=p.emulate_check)
+        elif self.backend == "emulated-reference":
             self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
         self._compiled = graph  # compiled: only now, so a failed compile leaves nothing half-set
 

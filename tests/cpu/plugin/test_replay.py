@@ -40,10 +40,10 @@ def test_directory_replays_with_no_scene(pytester: pytest.Pytester, scenes) -> N
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             "*_ replay of " + glob.escape(str(saved)) + " _*",
             "module from the cache: *",
-            "*- mpk backends: 1 emulated+compiled -*",
+            "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
         ]
     )
 
@@ -57,7 +57,7 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             f"replayed {glob.escape(str(kept))}",
             "module from the cache: *",
         ]
