@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -358,7 +359,12 @@ std::string race_end(Block &b) {
   std::vector<TlsSymbol> const symbols = named ? tls_symbols() : std::vector<TlsSymbol>();
   std::string out;
   std::string const task = " in task " + std::to_string(b.cfg.task_id) + ": ";
+  std::vector<std::string> seen;  // one finding per kind and source lines (a vector access may be several)
   for (Report const &r : rs.reports) {
+    std::string const key = std::to_string(static_cast<int>(r.kind)) + location(where, r.pc) +
+                            (r.kind == Finding::kRace ? location(where, r.prior.pc) : std::string());
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
     if (!out.empty()) out += "\n";
     std::string const who = describe_thread(r.tid) + " " + verb(r.write, r.atomic, false) + " " +
                             std::to_string(r.size) + " bytes at " + address(rs, r.addr, symbols) + " at " +

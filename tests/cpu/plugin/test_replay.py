@@ -80,6 +80,34 @@ def test_edited_source_is_rebuilt(pytester: pytest.Pytester, scenes) -> None:
     result.stdout.fnmatch_lines(["module from the cache: *"])
 
 
+@pytest.mark.parametrize(
+    "edit,failure",
+    [
+        # the task call deleted: nothing writes the output, which keeps its poison
+        (("mpk::tasks::rmsnorm<float, 1, 256>(task, rt);", ""), "output 'output' (float32, shape (2, 256)) differs *512 of 512*"),
+        # a constant changed: rows of 255 elements (another mean, and each row's last element unwritten)
+        (("mpk::tasks::rmsnorm<float, 1, 256>", "mpk::tasks::rmsnorm<float, 1, 255>"), "output 'output' * differs *"),
+    ],
+    ids=["call_deleted", "constant_changed"],
+)
+def test_edited_source_runs_on_the_cpu(pytester: pytest.Pytester, scenes, edit, failure) -> None:
+    """Without a GPU the edited test_rank0.cu is built for the host and its bodies run: the edit shows,
+    against the scene's golden and, with no scene, against the slice references."""
+    kept = kept_case(pytester)
+    source = kept / "test_rank0.cu"
+    old, new = edit
+    assert source.read_text().count(old) == 1
+    source.write_text(source.read_text().replace(old, new))
+
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([failure, "backend: emulated (CUDA bodies on the CPU) (sm90)"])
+
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-v")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*signature_rank0.json::replay[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*"])
+
+
 def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytester, scenes) -> None:
     kept = kept_case(pytester)
     result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::wide")
