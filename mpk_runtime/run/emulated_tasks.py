@@ -101,7 +101,8 @@ class HostTasks:
         check: bool = False,
     ):
         self.module, self.graph, self.meta, self.cfg, self.check = module, graph, meta, cfg, check
-        self.memory = GuardedTensors(module, tensors, meta)
+        written = {t.name for t in graph.tensors if t.direction != "IN"}
+        self.memory = GuardedTensors(module, tensors, meta, written)
         self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))

@@ -6,7 +6,9 @@ that ends against an inaccessible page and starts after one (``HostModule.guarde
 that reads or writes past the end of a tensor faults, and the fault is reported with the tensor, the
 thread and the source line, at no cost per access. Tensors that share storage (views of one buffer, a
 graph tensor that is a meta tensor) share one copy, so that what one writes the other reads; each
-copy keeps its tensor's alignment modulo 16. The copies go back to the tensors after the launch.
+copy keeps its tensor's alignment modulo 16. After the launch the copies of the tensors some layer
+writes (and the meta tensors) go back; those only read (weights) do not, which halves the copying
+of big graphs. A body that writes into one of those anyway is caught by slice checking.
 
 For slice checking (race-checking builds), ``task_memory`` gives a task the byte ranges it may read
 (its input and output slices and the meta tensors) and write (its output slices).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ctypes as C
 import itertools
 import math
+import weakref
 from collections.abc import Iterable
 
 import torch
@@ -27,12 +30,14 @@ from .host_runner import HostModule, Memory, Range, Tensor
 
 class GuardedTensors:
     """Guarded copies of ``tensors`` and ``meta`` (name -> contiguous CPU tensor). ``pointers`` and
-    ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data."""
+    ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data (out: only
+    the tensors named in ``written``, and the meta tensors)."""
 
-    def __init__(self, module: HostModule, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor]):
+    def __init__(self, module: HostModule, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor], written: set[str]):
         self.module = module
         everything = [(n, t) for n, t in tensors.items()] + [(f"meta.{n}", t) for n, t in meta.items()]
-        self._groups: list[tuple[int, int, int, int]] = []  # (original lo, bytes, copy, allocated bytes)
+        self._written = written | {n for n, _ in everything if n.startswith("meta.")}
+        self._groups: list[tuple[int, int, int, int, bool]] = []  # (original lo, bytes, copy, allocated, copied out)
         self.pointers: dict[str, int] = {}
         self.views: dict[str, torch.Tensor] = {}
         spans = sorted(((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), n, t) for n, t in everything if t.numel()))
@@ -48,6 +53,8 @@ class GuardedTensors:
                 self.pointers[n] = 0
                 self.views[n] = torch.empty_like(t)
         self.meta = {n: self.views[f"meta.{n}"] for n in meta}
+        # The mappings go when this object does, even if nobody calls free() (a kernel never finalized).
+        self._release = weakref.finalize(self, _release, module, self._groups)
         self.table = _tensor_table([(n, self.views[n], self.pointers[n]) for n, _ in everything])
         self.memory = Memory(tensors=self.table)
 
@@ -56,24 +63,23 @@ class GuardedTensors:
         shift = lo % 16  # the copy keeps the original's alignment modulo 16
         size = shift + hi - lo
         copy = self.module.guarded_alloc(size) + shift
-        self._groups.append((lo, hi - lo, copy, size))
+        self._groups.append((lo, hi - lo, copy, size, any(name in self._written for _, _, name, _ in group)))
         raw = torch.frombuffer((C.c_uint8 * (hi - lo)).from_address(copy), dtype=torch.uint8)
         for start, end, name, t in group:
             self.pointers[name] = copy + start - lo
             self.views[name] = raw[start - lo : end - lo].view(t.dtype).view(t.shape)
 
     def copy_in(self) -> None:
-        for lo, nbytes, copy, _ in self._groups:
+        for lo, nbytes, copy, _, _ in self._groups:
             C.memmove(copy, lo, nbytes)
 
     def copy_out(self) -> None:
-        for lo, nbytes, copy, _ in self._groups:
-            C.memmove(lo, copy, nbytes)
+        for lo, nbytes, copy, _, written in self._groups:
+            if written:
+                C.memmove(lo, copy, nbytes)
 
     def free(self) -> None:
-        for lo, _, copy, size in self._groups:
-            self.module.guarded_free(copy - lo % 16, size)
-        self._groups = []
+        self._release()
 
     def task_memory(self, graph: CompiledGraph, task: TaskInfo) -> Memory:
         """The tensors, and the ranges ``task`` may read and write, for slice checking."""
@@ -94,6 +100,12 @@ class GuardedTensors:
     def _runs(self, s: SliceRef, shape: tuple[int, ...]) -> list[tuple[int, int]]:
         view = self.views[s.tensor]
         return list(byte_runs(self.pointers[s.tensor], shape, view.element_size(), s.lo, s.hi))
+
+
+def _release(module: HostModule, groups: list[tuple[int, int, int, int, bool]]) -> None:
+    for lo, _, copy, size, _ in groups:
+        module.guarded_free(copy - lo % 16, size)
+    groups.clear()
 
 
 def byte_runs(
