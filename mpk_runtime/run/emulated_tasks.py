@@ -60,7 +60,9 @@ class ReferenceTasks:
     def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
         layer, spec = self.graph.layers[t.layer], self.specs[t.layer]
         ins, outs = layer.input_names, layer.output_names
-        views = {n: self._view(s, spec.token_dims.get(n)) for n, s in zip(ins + outs, t.inputs + t.outputs)}
+        views = {
+            n: slice_view(self.tensors, s, spec.token_dims.get(n), self.active) for n, s in zip(ins + outs, t.inputs + t.outputs)
+        }
         if any(views[n].numel() == 0 for n in spec.token_dims if n in views):
             return  # no live rows
         ctx = EmulationContext(t.grid_idx, layer.grid, self.meta, self.cfg, iteration)
@@ -71,19 +73,20 @@ class ReferenceTasks:
                 f"emulated iteration {iteration}: {diagnostics.task_error_message(self.graph, t.id, f.code, f.value)}"
             ) from None
 
-    def _view(self, s: SliceRef, token_dim: int | None) -> torch.Tensor:
-        """The task's slice of a tensor; along a token dimension of max_num_batched_tokens rows, only
-        the rows below the iteration's active-token count (Runtime::active_rows on the device)."""
-        t = self.tensors[s.tensor]
-        bounds = list(zip(s.lo, s.hi))
-        max_tokens, num_active = self.active
-        if token_dim is not None and t.shape[token_dim] == max_tokens:
-            lo, hi = bounds[token_dim]
-            bounds[token_dim] = (lo, max(lo, min(hi, num_active)))
-        return t[tuple(slice(lo, hi) for lo, hi in bounds)]
-
     def end(self) -> None:
         pass
+
+
+def slice_view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | None, active: tuple[int, int]) -> torch.Tensor:
+    """A task's slice of a tensor; along a token dimension of max_num_batched_tokens rows (``active``:
+    that count and the iteration's active tokens), only the live rows (Runtime::active_rows)."""
+    t = tensors[s.tensor]
+    bounds = list(zip(s.lo, s.hi))
+    max_tokens, num_active = active
+    if token_dim is not None and t.shape[token_dim] == max_tokens:
+        lo, hi = bounds[token_dim]
+        bounds[token_dim] = (lo, max(lo, min(hi, num_active)))
+    return t[tuple(slice(lo, hi) for lo, hi in bounds)]
 
 
 class HostTasks:
