@@ -20,8 +20,18 @@ class Arch:
     emulated: bool = True  # the CPU emulator can run a module built for it
 
     @property
+    def defines(self) -> list[str]:
+        """What csrc/runtime/config.cuh needs of the build, on the device and on the host alike."""
+        return [f"-DMPK_TARGET_SM={self.cc}", f"-DMPK_WORKER_THREADS={self.worker_threads}"]
+
+    @property
     def nvcc_flags(self) -> list[str]:
-        return [f"-gencode={self.gencode}", f"-DMPK_TARGET_SM={self.cc}", f"-DMPK_WORKER_THREADS={self.worker_threads}"]
+        return [f"-gencode={self.gencode}", *self.defines]
+
+    @property
+    def host_flags(self) -> list[str]:
+        """g++ flags of a host-emulation build of this arch's bodies (mpk_runtime/build/host.py)."""
+        return ["-DMPK_HOST_EMULATION", *self.defines]
 
 
 ARCHS: dict[str, Arch] = {

@@ -68,11 +68,6 @@ class MemoryBudgetError(MpkError, MemoryError):
     raised before anything is allocated (see mpk_runtime.memory)."""
 
 
-class EmulationError(MpkError, NotImplementedError):
-    """The CPU emulator cannot run this kernel as it is (e.g. a replayed source that was edited: the
-    emulator runs the task graph with the tasks' Python references, not CUDA code)."""
-
-
 class CoResidencyError(MpkError, RuntimeError):
     """The persistent kernel's CTAs cannot all be resident on the GPU at once."""
 
@@ -95,6 +90,20 @@ class RankError(MpkError, RuntimeError):
         super().__init__(message)
         self.ranks = list(ranks or [])
         self.failures = dict(failures or {})
+
+
+class EmulationError(KernelError):
+    """The CPU emulator found a fault in device code that the device would not report, or not as
+    precisely: a data race, a divergent barrier, a warp collective some lanes never reach, an access
+    outside a task's slices or outside every tensor, a fault in a task body, or a prepare_next_batch
+    that disagrees with its model. The message names the task (or iteration), the thread and the
+    source line; ``report`` holds the emulator's own text. Also raised when the emulator cannot run
+    a kernel as it is (an edited replayed source under the slice-reference backend, which runs the
+    tasks' Python references, not CUDA code)."""
+
+    def __init__(self, message: str, report: str = ""):
+        super().__init__(message)
+        self.report = report
 
 
 class WatchdogError(KernelError):

@@ -7,10 +7,16 @@ import os
 import subprocess
 from pathlib import Path
 
-BACKENDS = ("auto", "gpu", "emulate", "compile-only")
+BACKENDS = ("auto", "gpu", "emulate", "emulate-ref", "compile-only")
+# What the report says ran a case (the verbose status, the summary line, the failure report). Every
+# backend but the GPU also builds the module with nvcc for the case's arch.
 SESSION_GPUS_ENV = "MPK_SESSION_GPUS"  # the session's GPUs, kept by an xdist worker pinned to one of them
-# What the report says ran a case.
-GPU, EMULATED, COMPILED = "gpu", "emulated+compiled", "compiled"
+GPU = "gpu"
+EMULATED = "emulated (CUDA bodies on the CPU)"  # the task bodies, compiled for the host, in the emulator
+EMULATED_CHECKED = "emulated (CUDA bodies on the CPU, checked)"  # ... with races and slice bounds checked
+EMULATED_REF = "emulated (PyTorch slice references)"  # the emulator computing each task with its reference
+COMPILED = "compiled"
+EMULATED_BACKENDS = (EMULATED, EMULATED_CHECKED, EMULATED_REF)
 
 
 def visible_gpus() -> list[str]:
@@ -88,20 +94,31 @@ def resolve_archs(requested: list[str]) -> list[str]:
     return out
 
 
-def backend_for(arch: str, requested: str, local: str | None) -> str:
+def backend_for(arch: str, requested: str, local: str | None, check: bool = False) -> str:
     """Which backend runs a case of ``arch``: the GPU when it can (sm80 code runs on every GPU we
-    support, through the PTX JIT), else nvcc plus the CPU emulator, or nvcc alone."""
+    support, through the PTX JIT), else nvcc plus the CPU emulator running the CUDA bodies (checked
+    with ``check``: --mpk-emulate-check), or their slice references (emulate-ref), or nvcc alone."""
     from mpk_runtime.harness import PORTABLE_ARCHS
 
     runs_here = local is not None and (arch in PORTABLE_ARCHS or arch == local)
+    emulated = EMULATED_CHECKED if check else EMULATED
     if requested == "compile-only":
         return COMPILED
+    if requested == "emulate-ref":
+        return EMULATED_REF
     if requested == "emulate":
-        return EMULATED
+        return emulated
     if requested == "gpu" and not runs_here:
         where = f"this GPU is {local}" if local else "no GPU is visible"
         raise RuntimeError(f"--mpk-backend gpu cannot run {arch} here ({where}); use --mpk-backend auto or emulate")
-    return GPU if runs_here else EMULATED
+    return GPU if runs_here else emulated
+
+
+def emulate_param(backend: str) -> bool | str:
+    """PersistentKernel's ``emulate`` for a backend: True (CUDA bodies), "reference" or False."""
+    if backend == EMULATED_REF:
+        return "reference"
+    return backend in (EMULATED, EMULATED_CHECKED)
 
 
 def context_lost() -> bool:

@@ -48,7 +48,7 @@ def mpk_arch(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def _mpk_backend(request: pytest.FixtureRequest, mpk_arch: str) -> str:
     mpk = request.config.stash[SESSION_KEY]
-    backend = devices.backend_for(mpk_arch, mpk.backend, mpk.local_arch())
+    backend = devices.backend_for(mpk_arch, mpk.backend, mpk.local_arch(), mpk.emulate_check)
     request.node.user_properties.append((BACKEND_PROPERTY, backend))
     return backend
 

@@ -197,7 +197,7 @@ class _SceneItem(pytest.Item):
     def _setup(self, mpk) -> Any:
         from .runner import Setup
 
-        backend = devices.backend_for(self.arch, mpk.backend, mpk.local_arch())
+        backend = devices.backend_for(self.arch, mpk.backend, mpk.local_arch(), mpk.emulate_check)
         return Setup(
             arch=self.arch,
             backend=backend,

@@ -91,8 +91,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="mpk_backend",
         metavar="BACKEND",
         choices=devices.BACKENDS,
-        help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, "
-        "emulate (nvcc build plus the CPU emulator) or compile-only",
+        help="Where cases run: auto (the GPU when it can run the arch, else emulate), gpu, emulate (nvcc "
+        "build, then the CUDA task bodies on the CPU emulator), emulate-ref (nvcc build, then the emulator with "
+        "each task's PyTorch slice reference) or compile-only",
+    )
+    group.addoption(
+        "--mpk-emulate-check",
+        dest="mpk_emulate_check",
+        action="store_true",
+        default=False,
+        help="Emulated cases also check every memory access: data races, uninitialized shared memory and "
+        "accesses outside a task's slices (a few times slower)",
     )
     group.addoption(
         "--mpk-case",

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -35,8 +36,12 @@ def run_ranks(item: Any, params: dict[str, Any], case: Case | None, setup: Setup
     in_job = job is not None and job[0] > 1
     scene = item.scene_class.cls()
     seed = seed_of(item.nodeid)
+    if setup.backend in devices.EMULATED_BACKENDS:
+        # Ranks emulated together run each task's slice reference: the host emulator of CUDA bodies
+        # runs one graph at a time, and its peer memory is not emulated.
+        setup = dataclasses.replace(setup, backend=devices.EMULATED_REF)
     launches = setup.backend == devices.GPU or (setup.backend == devices.COMPILED and os.environ.get(LAUNCH_COMPILE_ONLY) == "1")
-    per_rank = setup.backend != devices.EMULATED and (in_job or launches)
+    per_rank = setup.backend != devices.EMULATED_REF and (in_job or launches)
     if in_job and job is not None and job[0] != world_size:
         _skip(job, f"needs {world_size} ranks; this MPI job has {job[0]}")
     if case is None and per_rank:

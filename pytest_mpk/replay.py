@@ -2,9 +2,11 @@
 
 Every ``signature_rank{r}.json`` under DIR becomes one item. Inputs come from the signature (IN and
 INOUT tensors random, seeded; OUT tensors poisoned); the saved ``test_rank{r}.cu`` is built as it is
-now (edited: rebuilt; unchanged: from the cache). The golden is the emulator running the same task
-graph JSON on the same inputs. Without a GPU for the arch, two emulated runs with different task
-interleavings must agree (a missing dependency makes them differ).
+now (edited: rebuilt; unchanged: from the cache) and run on the GPU, or as CUDA bodies on the CPU
+emulator. The golden is the emulator running the same task graph JSON on the same inputs with each
+task's PyTorch slice reference, so an edited body that computes something else fails. With
+``--mpk-backend emulate-ref`` (references on both sides) two runs with different task interleavings
+must agree (a missing dependency makes them differ); no line of the source runs then.
 
 With a scene (``--mpk-replay DIR`` plus a scene file or ``--mpk-case``), the scene's inputs and
 golden are used instead; see runner.run_case.
@@ -65,7 +67,7 @@ class ReplayItem(pytest.Item):
         session = self.config.stash[SESSION_KEY]
         directory = self.path.parent
         signature = harness.read_compile_output(directory, self.rank).signature
-        backend = devices.backend_for(self.arch, session.backend, session.local_arch())
+        backend = devices.backend_for(self.arch, session.backend, session.local_arch(), session.emulate_check)
         self.user_properties.append((BACKEND_PROPERTY, backend))
         shapes = [(t.name, t.shape, t.dtype) for t in signature.tensors]
         # Host: the inputs, the run's tensors (or their copy back) and the golden run's; the GPU: the run's.
@@ -86,9 +88,12 @@ class ReplayItem(pytest.Item):
                     torch.randn(t.shape).to(dtype) if dtype.is_floating_point else torch.randint(1, 64, t.shape, dtype=dtype)
                 )
 
-        def kernel(emulate: bool, tensors: dict, reference: bool = False):
-            if emulate:
-                return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank, reference=reference, emulate=True)
+        def kernel(backend: str, tensors: dict, reference: bool = False):
+            if backend in devices.EMULATED_BACKENDS:
+                emulate, check = devices.emulate_param(backend), backend == devices.EMULATED_CHECKED
+                return mpk.PersistentKernel.from_artifacts(
+                    directory, tensors, self.rank, reference=reference, emulate=emulate, emulate_check=check
+                )
             if backend == devices.COMPILED:
                 return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank, compile_only=True)
             return mpk.PersistentKernel.from_artifacts(directory, tensors, self.rank)
@@ -102,7 +107,7 @@ class ReplayItem(pytest.Item):
 
         device = "cuda" if backend == devices.GPU else "cpu"
         tensors = {n: v.to(device).clone() for n, v in inputs.items()}
-        pk = kernel(backend == devices.EMULATED, tensors)
+        pk = kernel(backend, tensors)
         try:
             try:
                 pk.compile()
@@ -115,13 +120,16 @@ class ReplayItem(pytest.Item):
             if backend == devices.COMPILED:
                 return
             actual = launch(pk, tensors)
-            if backend == devices.EMULATED:
+            if backend == devices.EMULATED_REF:
                 expected = launch(pk, tensors)  # the emulator's second launch interleaves tasks differently
             else:
                 cpu = {n: v.clone() for n, v in inputs.items()}
-                reference = kernel(True, cpu, reference=True)
-                reference.compile()
-                expected = launch(reference, cpu)
+                reference = kernel(devices.EMULATED_REF, cpu, reference=True)
+                try:
+                    reference.compile()
+                    expected = launch(reference, cpu)
+                finally:
+                    reference.finalize()
         finally:
             pk.finalize()
         for name in outs:

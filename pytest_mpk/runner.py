@@ -93,7 +93,12 @@ def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
     else:
-        init.update(num_workers=EMULATED_WORKERS, emulate=backend == devices.EMULATED, compile_only=backend == devices.COMPILED)
+        init.update(
+            num_workers=EMULATED_WORKERS,
+            emulate=devices.emulate_param(backend),
+            emulate_check=backend == devices.EMULATED_CHECKED,
+            compile_only=backend == devices.COMPILED,
+        )
     return init
 
 
@@ -151,6 +156,7 @@ def run_case(
                     k: init[k]
                     for k in (
                         "emulate",
+                        "emulate_check",
                         "compile_only",
                         "num_workers",
                         "num_local_schedulers",
@@ -174,6 +180,9 @@ def run_case(
         if pk.params.fitted:
             fitted = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in pk.params.fitted.items())
             setup.notes.append(f"kernel params fitted to the default prompt: {fitted}")
+        if pk.host_build_result is not None:
+            host = pk.host_build_result
+            setup.notes.append(f"host module {'from the cache' if host.cached else 'built'}: {host.entry.name}")
         if cache_note:  # a damaged cache entry rebuilt, a lock holder built around
             setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:

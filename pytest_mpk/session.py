@@ -48,6 +48,7 @@ class MpkSession:
         opt = config.option
         self.requested_archs: list[str] = opt.mpk_arch or [ini(config, "mpk_arch")]
         self.backend: str = opt.mpk_backend or ini(config, "mpk_backend")
+        self.emulate_check: bool = opt.mpk_emulate_check
         self.selected_cases: list[str] = opt.mpk_case or []
         artifacts = opt.mpk_artifacts_dir or config.getini("mpk_artifacts_dir") or ".mpk-artifacts"
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
@@ -102,6 +103,8 @@ class MpkSession:
         if arch:
             parts += ["--arch", arch]
         parts += ["--mpk-backend", self.backend]
+        if self.emulate_check:
+            parts.append("--mpk-emulate-check")
         if getattr(getattr(item, "case", None), "manual", False):  # skipped unless picked
             parts += ["--mpk-case", item.selector]
         if self.replay:

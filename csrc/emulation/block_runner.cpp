@@ -10,7 +10,9 @@
 //     that wait elsewhere; a shuffle that reads a lane outside its mask; an invalid shuffle width;
 //   - threads that spin in __nanosleep while nothing else can move.
 // Shuffle results follow the PTX ISA's shfl.sync definition (clamp / segment mask from the width),
-// with each lane's own source lane or offset.
+// with each lane's own source lane or offset. A warp_exchange (mma) completes like a shuffle and
+// hands every lane's payload to its combine function. cp.async copies wait in their thread's queue
+// until its cp_async_wait_all() (or its return, as the hardware lands them anyway).
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,7 +70,6 @@ thread_local Thread *tls_thread = nullptr;
 
 namespace {
 
-constexpr size_t kStackBytes = 128 << 10;
 constexpr int kMaxThreads = 1024;
 constexpr long kMaxIdleRounds = 1 << 16;  // rounds in which every thread that ran only yielded
 
@@ -108,9 +109,18 @@ char const *barrier_name(int kind) {
 }
 
 char const *warp_name(int kind) {
-  static char const *const names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                      "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp"};
+  static char const *const names[] = {"__shfl_sync",     "__shfl_up_sync", "__shfl_down_sync",
+                                      "__shfl_xor_sync", "__ballot_sync",  "__any_sync",
+                                      "__all_sync",      "__syncwarp",     "warp_exchange"};
   return names[kind];
+}
+
+char const *warp_name(Thread const &t) { return t.kind == kExchange ? t.name : warp_name(t.kind); }
+
+// Whether two lanes wait at the same collective: kind, mask, width and (kExchange) combine agree.
+bool same_collective(Thread const &a, Thread const &b) {
+  return a.state == State::kWarp && a.kind == b.kind && a.mask == b.mask && a.width == b.width &&
+         a.combine == b.combine;
 }
 
 std::string where(Site s) { return std::string(s.file) + ":" + std::to_string(s.line); }
@@ -124,26 +134,24 @@ std::string hex_mask(unsigned m) {
 // "__shfl_xor_sync(mask 0xffffffff) at f:12", "__syncthreads() at f:30", "returned", ...
 std::string waiting_at(Thread const &t) {
   switch (t.state) {
-    case State::kBarrier: return std::string(barrier_name(t.kind)) + " at " + where(t.site);
-    case State::kWarp: return std::string(warp_name(t.kind)) + "(mask " + hex_mask(t.mask) + ") at " + where(t.site);
-    case State::kYielded: return "__nanosleep at " + where(t.site);
-    case State::kDone: return "returned";
-    default: return "running";
+    case State::kBarrier:
+      return std::string(barrier_name(t.kind)) + " at " + where(t.site);
+    case State::kWarp:
+      return std::string(warp_name(t)) + "(mask " + hex_mask(t.mask) + ") at " + where(t.site);
+    case State::kYielded:
+      return "__nanosleep at " + where(t.site);
+    case State::kDone:
+      return "returned";
+    default:
+      return "running";
   }
 }
 
-std::string prefix(char const *what) { return std::string(what) + " in task " + std::to_string(tls_block->cfg.task_id) + ": "; }
+std::string prefix(char const *what) { return finding(what); }
 
-// A definite error found while a fiber runs: record it and leave the fiber for good.
-[[noreturn]] void abort_block(std::string msg) {
-  Block &b = *tls_block;
-  if (b.failure.empty()) b.failure = std::move(msg);
-  Thread *t = tls_thread;
-  tls_thread = nullptr;
-  tls_view = nullptr;
-  switch_context(t->ctx, b.scheduler);
-  __builtin_unreachable();
-}
+[[noreturn]] void abort_block(std::string msg) { abandon_fiber(std::move(msg)); }
+
+bool stopped(Block const &b) { return !b.failure.empty() || b.fault.sig != 0; }
 
 // The running fiber blocks: on to the round's next fiber, or back to the scheduler after the last.
 void suspend(Thread &t) {
@@ -168,10 +176,24 @@ Thread &current(char const *what) {
   return *tls_thread;
 }
 
+void land_copies(Thread &t) {
+  for (int i = 0; i < t.num_copies; ++i) {
+    AsyncCopy const &c = t.copies[i];
+    if (tls_block->cfg.race_check)
+      race_async_land(reinterpret_cast<uintptr_t>(c.dst), reinterpret_cast<uintptr_t>(c.src), c.bytes, c.pc);
+    if (c.src)
+      memcpy(c.dst, c.src, c.bytes);
+    else
+      memset(c.dst, 0, c.bytes);  // a zero-filling copy (cp_async_16_zfill of nothing)
+  }
+  t.num_copies = 0;
+}
+
 void fiber_main(void *p) {
   Thread &t = *static_cast<Thread *>(p);
   Block &b = *tls_block;
   b.thread_main(b.arg);
+  land_copies(t);  // copies a thread never waited for still land
   t.state = State::kDone;
   suspend(t);
   __builtin_unreachable();
@@ -215,7 +237,15 @@ bool complete_collective(Block &b, uint32_t w, unsigned mask) {
   Thread *lanes = b.threads + w * 32;
   Thread const &lead = lanes[__builtin_ctz(mask)];
   int const kind = lead.kind;
-  if (kind <= kShflXor) {
+  if (kind == kExchange) {
+    void const *ins[32] = {};
+    void *outs[32] = {};
+    for (unsigned m = mask; m; m &= m - 1) {
+      ins[__builtin_ctz(m)] = lanes[__builtin_ctz(m)].in;
+      outs[__builtin_ctz(m)] = lanes[__builtin_ctz(m)].out;
+    }
+    lead.combine(ins, outs);
+  } else if (kind <= kShflXor) {
     // shfl.sync: c = clamp | segment mask, as __shfl*_sync build it from the width.
     unsigned const c = ((32u - lead.width) << 8) | (kind == kShflUp ? 0u : 0x1fu);
     int const segmask = (c >> 8) & 0x1f, cval = c & 0x1f;
@@ -226,10 +256,22 @@ bool complete_collective(Block &b, uint32_t w, unsigned mask) {
       int j;
       bool in;
       switch (kind) {
-        case kShflUp: j = i - bval; in = j >= max_lane; break;
-        case kShflDown: j = i + bval; in = j <= max_lane; break;
-        case kShflXor: j = i ^ bval; in = j <= max_lane; break;
-        default: j = min_lane | (bval & ~segmask); in = j <= max_lane; break;
+        case kShflUp:
+          j = i - bval;
+          in = j >= max_lane;
+          break;
+        case kShflDown:
+          j = i + bval;
+          in = j <= max_lane;
+          break;
+        case kShflXor:
+          j = i ^ bval;
+          in = j <= max_lane;
+          break;
+        default:
+          j = min_lane | (bval & ~segmask);
+          in = j <= max_lane;
+          break;
       }
       if (!in) j = i;
       if (j != i && !(mask >> j & 1u)) {
@@ -267,12 +309,11 @@ Ready collective_ready(Block &b, Thread const &t, uint32_t lanes_in_warp) {
       gone.push_back(j);
       continue;
     }
-    Thread const &o = lanes[j];
-    if (o.state != State::kWarp || o.kind != t.kind || o.mask != t.mask || o.width != t.width) ready = false;
+    if (!same_collective(lanes[j], t)) ready = false;
   }
   if (!gone.empty()) {
-    b.failure = prefix("warp collective mismatch") + describe_thread(t.tid) + " waits at " + waiting_at(t) +
-                ", but " + describe_threads(gone, "lanes") + " named in its mask " +
+    b.failure = prefix("warp collective mismatch") + describe_thread(t.tid) + " waits at " + waiting_at(t) + ", but " +
+                describe_threads(gone, "lanes") + " named in its mask " +
                 (gone.back() >= lanes_in_warp ? "do not exist or " : "") + "returned without reaching it";
     return Ready::kNever;
   }
@@ -310,7 +351,7 @@ void diagnose_collective(Block &b) {
     std::vector<uint32_t> with;
     for (unsigned m = t.mask; m; m &= m - 1) {
       Thread const &o = lanes[__builtin_ctz(m)];
-      if (o.state == State::kWarp && o.kind == t.kind && o.mask == t.mask && o.width == t.width) {
+      if (same_collective(o, t)) {
         with.push_back(__builtin_ctz(m));
         continue;
       }
@@ -400,11 +441,11 @@ void schedule(Block &b) {
       tls_thread = &first;
       tls_view = &first.view;
       switch_context(b.scheduler, first.ctx);
-      if (!b.failure.empty()) return;
+      if (stopped(b)) return;
       for (uint32_t tid : order) moved |= b.threads[tid].state != State::kYielded;
     }
     bool const progress = resolve_warps(b);
-    if (!b.failure.empty()) return;
+    if (stopped(b)) return;
     int done = 0, runnable = 0, at_warp = 0;
     for (int i = 0; i < n; ++i) {
       State const s = b.threads[i].state;
@@ -423,12 +464,13 @@ void schedule(Block &b) {
       std::string others;
       for (int i = 0; i < n; ++i) {
         Thread const &t = b.threads[i];
-        if (t.state == State::kYielded) spinning.push_back(i);
-        else if (others.empty() && t.state != State::kDone) others = "; " + describe_thread(i) + " waits at " + waiting_at(t);
+        if (t.state == State::kYielded)
+          spinning.push_back(i);
+        else if (others.empty() && t.state != State::kDone)
+          others = "; " + describe_thread(i) + " waits at " + waiting_at(t);
       }
       b.failure = prefix("hang") + describe_threads(spinning) + (spinning.size() == 1 ? " spins" : " spin") + " at " +
-                  waiting_at(b.threads[spinning[0]]) +
-                  " and nothing else can move" + others;
+                  waiting_at(b.threads[spinning[0]]) + " and nothing else can move" + others;
       return;
     }
     if (at_warp) {
@@ -436,14 +478,29 @@ void schedule(Block &b) {
       return;
     }
     resolve_barrier(b);
-    if (!b.failure.empty()) return;
+    if (stopped(b)) return;
   }
 }
 
 }  // namespace
 
+std::string finding(char const *what) {
+  return std::string(what) + " in task " + std::to_string(tls_block->cfg.task_id) + ": ";
+}
+
+void abandon_fiber(std::string msg) {
+  Block &b = *tls_block;
+  if (b.failure.empty()) b.failure = std::move(msg);
+  Thread *t = tls_thread;
+  tls_thread = nullptr;
+  tls_view = nullptr;
+  switch_context(t->ctx, b.scheduler);
+  __builtin_unreachable();
+}
+
 std::string describe_thread(uint32_t tid) {
-  return "thread " + std::to_string(tid) + " (warp " + std::to_string(tid / 32) + ", lane " + std::to_string(tid % 32) + ")";
+  return "thread " + std::to_string(tid) + " (warp " + std::to_string(tid / 32) + ", lane " + std::to_string(tid % 32) +
+         ")";
 }
 
 std::string describe_threads(std::vector<uint32_t> const &ids, char const *noun) {
@@ -486,6 +543,52 @@ uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int
   t.width = shuffle ? width : 32;
   suspend(t);
   return t.result;
+}
+
+void warp_exchange(Site site, char const *name, unsigned mask, void const *in, void *out, Combine combine) {
+  Thread &t = current(name);
+  if (!(mask >> (t.tid % 32) & 1u))
+    abort_block(prefix("warp collective mismatch") + describe_thread(t.tid) + " calls " + name + " at " + where(site) +
+                " with mask " + hex_mask(mask) + ", which does not include its own lane");
+  t.state = State::kWarp;
+  t.site = site;
+  t.kind = kExchange;
+  t.mask = mask;
+  t.width = 32;
+  t.name = name;
+  t.in = in;
+  t.out = out;
+  t.combine = combine;
+  suspend(t);
+}
+
+void cp_async_issue(void *smem_dst, void const *src, unsigned bytes) {
+  Thread &t = current("cp.async");
+  uint32_t const pc =
+      static_cast<uint32_t>(reinterpret_cast<uintptr_t>(__builtin_return_address(0)) - 1 - module_base());
+  uintptr_t const d = reinterpret_cast<uintptr_t>(smem_dst), s = reinterpret_cast<uintptr_t>(src);
+  if (d < tls_block->shared_lo || d + bytes > tls_block->shared_hi)
+    abort_block(prefix("invalid cp.async") + describe_thread(t.tid) + " at " + location(symbolize({pc}), pc) +
+                " copies to an address that is not shared memory");
+  if ((d | s) % bytes)
+    abort_block(prefix("misaligned cp.async") + describe_thread(t.tid) + " at " + location(symbolize({pc}), pc) +
+                " copies " + std::to_string(bytes) + " bytes between addresses that are not multiples of " +
+                std::to_string(bytes) + " (the device stops the kernel with a misaligned address error)");
+  if (t.num_copies == kMaxAsyncCopies)
+    abort_block(prefix("too many cp.async copies") + describe_thread(t.tid) + " has " +
+                std::to_string(kMaxAsyncCopies) + " copies in flight without a cp_async_wait_all()");
+  t.copies[t.num_copies++] = AsyncCopy{smem_dst, src, bytes, pc};
+  if (tls_block->cfg.race_check) race_async_issue(reinterpret_cast<uintptr_t>(smem_dst), bytes, pc);
+}
+
+void cp_async_commit() { current("cp.async.commit_group"); }
+
+void cp_async_wait_all() { land_copies(current("cp.async.wait_all")); }
+
+unsigned long long global_timer_ns() {
+  return static_cast<unsigned long long>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 void yield(Site site) {
@@ -547,6 +650,8 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   }
   b.shared_lo = window_lo;
   b.shared_hi = window_hi;
+  b.stacks_lo = reinterpret_cast<uintptr_t>(arena.base);
+  b.stacks_hi = b.stacks_lo + arena.bytes;
   for (int i = 0; i < cfg.num_threads; ++i) {
     Thread &t = *new (b.threads + i) Thread{};
     t.tid = i;
@@ -560,11 +665,14 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   // Shared memory is not cleared between blocks on the device: make stale reads visible (NaN).
   memset(cfg.dynamic_smem, 0xff, cfg.dynamic_smem_bytes);
   tls_block = &b;
-  if (cfg.race_check) race_begin(b, reinterpret_cast<uintptr_t>(arena.base), reinterpret_cast<uintptr_t>(arena.base) + arena.bytes);
-  schedule(b);
+  if (cfg.race_check) race_begin(b);
+  {
+    FaultScope const faults;
+    schedule(b);
+  }
   std::string const races = cfg.race_check ? race_end(b) : std::string();
+  report = b.fault.sig ? describe_fault(b) : b.failure;
   tls_block = nullptr;
-  report = b.failure;
   if (!races.empty()) report += (report.empty() ? "" : "\n") + races;
   return report.empty() ? kRunOk : kRunDetected;
 }

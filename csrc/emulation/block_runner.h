@@ -7,12 +7,43 @@
 
 #include <string>
 
+// What a task may address besides shared memory and its own stack, in the C ABI's terms
+// (mpk_runtime/run/host_runner.py fills them in).
+typedef struct MpkEmuTensor {
+  uint64_t lo, hi;   // its bytes [lo, hi)
+  char const *name;  // for reports
+  int32_t elem_size;
+  int32_t ndim;
+  int64_t shape[6];
+} MpkEmuTensor;
+
+typedef struct MpkEmuRange {
+  uint64_t lo, hi;
+} MpkEmuRange;
+
 namespace mpk {
 namespace emu {
 
 // Which runnable fiber goes first between two synchronization points. A result that changes with
 // the order depends on an interleaving the program does not fix: a race the device may or may not show.
 enum Order : int { kInOrder = 0, kReversed = 1, kShuffled = 2 };
+
+// The global memory of a run. Every run names its tensors (reports say "x[2, 8]" and a fault past a
+// tensor's guard page says which tensor). A race-checking run also checks each global access: a
+// read must fall in a readable range (the task's input and output slices, the meta tensors), a write
+// in a writable one (its output slices); both lists sorted and disjoint.
+struct Memory {
+  MpkEmuTensor const *tensors = nullptr;
+  int num_tensors = 0;
+  MpkEmuRange const *readable = nullptr;
+  int num_readable = 0;
+  MpkEmuRange const *writable = nullptr;
+  int num_writable = 0;
+  bool check_slices = false;   // race-checking runs only: the hooks see every access
+  char const *slices = "";     // the task's slices in words, for reports
+  uintptr_t host_lo = 0;       // the emulator's own copy of the descriptor and runtime view
+  uintptr_t host_hi = 0;
+};
 
 struct RunConfig {
   int num_threads;
@@ -23,16 +54,24 @@ struct RunConfig {
   unsigned char *dynamic_smem;  // the buffer, its capacity, and the bytes this run may use
   size_t dynamic_smem_capacity;
   size_t dynamic_smem_bytes;
+  Memory memory;
 };
 
 enum RunStatus : int { kRunOk = 0, kRunDetected = 2, kRunInvalid = 3 };
 
 // Runs thread_main(arg) on cfg.num_threads fibers. kRunDetected: `report` says what was found
-// (divergent barrier, warp mask mismatch, data race, ...), with threads and source lines.
+// (divergent barrier, warp mask mismatch, data race, out-of-bounds access, ...), with threads and
+// source lines. A fault in task code (SIGSEGV, SIGBUS, SIGFPE) ends the run with a report instead
+// of the process.
 int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std::string &report);
 
 // The cost of one fiber switch (there and back, halved) in ns, measured over n round trips.
 double measure_switch_ns(int n);
+
+// Memory for one tensor with an inaccessible page before and after it: its (16-byte aligned) end
+// lies against the page after, so that an access past its end faults (see faults.cpp).
+void *guarded_alloc(size_t bytes);
+void guarded_free(void *p, size_t bytes);
 
 }  // namespace emu
 }  // namespace mpk

@@ -1,19 +1,31 @@
-// The block runner's state, shared by block_runner.cpp (scheduling, collectives, barriers) and
-// race_check.cpp (shadow memory). Host-only code, never compiled with the race instrumentation.
+// The block runner's state, shared by block_runner.cpp (scheduling, collectives, barriers),
+// race_check.cpp (shadow memory), faults.cpp (signals, guarded memory) and symbols.cpp (source
+// lines). Host-only code, never compiled with the race instrumentation.
 #pragma once
 #include <stdint.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "emulation/block_runner.h"
-#include "emulation/shim_api.h"
 #include "emulation/fiber.h"
+#include "emulation/shim_api.h"
 
 namespace mpk {
 namespace emu {
 
 enum class State : uint8_t { kRunnable, kYielded, kBarrier, kWarp, kDone };
+
+constexpr size_t kStackBytes = 128 << 10;  // each fiber's stack (registers and local memory)
+constexpr int kMaxAsyncCopies = 16;        // cp.async copies one thread may have in flight
+
+struct AsyncCopy {
+  void *dst;
+  void const *src;
+  uint32_t bytes;
+  uint32_t pc;  // where it was issued (offset in the module)
+};
 
 struct Thread {
   ThreadView view;  // first: what threadIdx and friends read
@@ -28,9 +40,25 @@ struct Thread {
   int arg;
   int width;
   uint64_t result;
+  // kExchange: the collective's name, this lane's payload and result, and how they combine.
+  char const *name;
+  void const *in;
+  void *out;
+  Combine combine;
+  // cp.async copies issued and not yet waited for.
+  AsyncCopy copies[kMaxAsyncCopies];
+  int num_copies;
   // Race checking: the thread's view of its warp's lanes' clocks (a vector clock over the warp,
   // reset at every block barrier; __syncwarp joins the clocks of its lanes).
   uint32_t clock[32];
+};
+
+// A signal in task code (faults.cpp): what the report needs, formatted after the run.
+struct Fault {
+  int sig = 0;  // 0: none
+  uintptr_t addr = 0, pc = 0;
+  bool write = false;
+  uint32_t tid = 0;
 };
 
 struct Block {
@@ -42,8 +70,10 @@ struct Block {
   std::vector<uint32_t> order;  // this round's fibers; a blocking fiber switches straight to the next
   size_t next = 0;
   std::string failure;  // a definite error: the run stops there
+  Fault fault;
   unsigned long long ticks = 0;  // clock64(): deterministic, one per call
   uintptr_t shared_lo = 0, shared_hi = 0;  // the module's thread_local block: every __shared__ variable
+  uintptr_t stacks_lo = 0, stacks_hi = 0;  // the fibers' records and stacks (with their guard pages)
 };
 
 extern thread_local Block *tls_block;
@@ -53,12 +83,42 @@ extern thread_local Thread *tls_thread;
 std::string describe_thread(uint32_t tid);
 // "threads 0-63, 70"
 std::string describe_threads(std::vector<uint32_t> const &tids, char const *noun = "threads");
+// "in task 5: "-style prefix of a finding of this block
+std::string finding(char const *what);
+// Leaves the running fiber for good (the run stops after this round); `msg` becomes the report.
+[[noreturn]] void abandon_fiber(std::string msg);
 
 // Race checking (race_check.cpp): hooks called by the runner.
-void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi);
+void race_begin(Block &b);
 void race_barrier(Block &b);
 void race_syncwarp(Block &b, uint32_t warp, unsigned mask);
+// cp.async: the destination is written by an agent no one is ordered with, from issue to wait;
+// at the wait the issuing thread reads the source and writes the destination.
+void race_async_issue(uintptr_t dst, uint32_t bytes, uint32_t pc);
+void race_async_land(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc);
 std::string race_end(Block &b);  // the findings, as text ("" when none)
+
+// Faults (faults.cpp): a handler for SIGSEGV / SIGBUS / SIGFPE while the block runs.
+struct FaultScope {
+  FaultScope();
+  ~FaultScope();
+};
+std::string describe_fault(Block const &b);
+
+// Source lines (symbols.cpp), from the module's debug information.
+uintptr_t module_base();
+// file:line of each pc offset (innermost first, then where it was inlined), by one addr2line run.
+std::unordered_map<uint32_t, std::string> symbolize(std::vector<uint32_t> const &pcs);
+std::string location(std::unordered_map<uint32_t, std::string> const &where, uint32_t pc);
+// The module's thread_local symbols (every __shared__ variable): offset in the block, size, name.
+struct TlsSymbol {
+  uintptr_t offset, size;
+  std::string name;
+};
+std::vector<TlsSymbol> tls_symbols();
+// "x[2, 8]" for an address inside a tensor of the run, else "global memory 0x...".
+std::string tensor_address(Memory const &m, uintptr_t a);
+MpkEmuTensor const *tensor_at(Memory const &m, uintptr_t a);
 
 }  // namespace emu
 }  // namespace mpk

@@ -133,23 +133,41 @@ inline T __ldg(T const *p) {
 // Atomics, relaxed like CUDA's. They go through __atomic builtins so that a race-checking build
 // sees them as atomic accesses (and so that blocks on several OS threads stay correct).
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
 template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) { return ::mpk::emu::atomic_update(p, [v](T a) { return a + v; }); }
+inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return ::mpk::emu::atomic_update(p, [v](T a) { return a + v; });
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicSub(T *p, ::mpk::emu::NoDeduce<T> v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
+inline T atomicSub(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED);
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicAnd(T *p, ::mpk::emu::NoDeduce<T> v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }
+inline T atomicAnd(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return __atomic_fetch_and(p, v, __ATOMIC_RELAXED);
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicOr(T *p, ::mpk::emu::NoDeduce<T> v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
+inline T atomicOr(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicXor(T *p, ::mpk::emu::NoDeduce<T> v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); }
+inline T atomicXor(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED);
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T> || std::is_floating_point_v<T>, int> = 0>
-inline T atomicExch(T *p, ::mpk::emu::NoDeduce<T> v) { return ::mpk::emu::atomic_update(p, [v](T) { return v; }); }
+inline T atomicExch(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return ::mpk::emu::atomic_update(p, [v](T) { return v; });
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicMax(T *p, ::mpk::emu::NoDeduce<T> v) { return ::mpk::emu::atomic_update(p, [v](T a) { return a > v ? a : v; }); }
+inline T atomicMax(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return ::mpk::emu::atomic_update(p, [v](T a) { return a > v ? a : v; });
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
-inline T atomicMin(T *p, ::mpk::emu::NoDeduce<T> v) { return ::mpk::emu::atomic_update(p, [v](T a) { return a < v ? a : v; }); }
+inline T atomicMin(T *p, ::mpk::emu::NoDeduce<T> v) {
+  return ::mpk::emu::atomic_update(p, [v](T a) { return a < v ? a : v; });
+}
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicCAS(T *p, ::mpk::emu::NoDeduce<T> compare, ::mpk::emu::NoDeduce<T> v) {
   __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
@@ -178,10 +196,26 @@ inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline int __float2int_rn(float x) { return static_cast<int>(nearbyintf(x)); }
-inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
-inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
-inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
-inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+inline int __float_as_int(float x) {
+  int i;
+  memcpy(&i, &x, 4);
+  return i;
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned i;
+  memcpy(&i, &x, 4);
+  return i;
+}
+inline float __int_as_float(int i) {
+  float x;
+  memcpy(&x, &i, 4);
+  return x;
+}
+inline float __uint_as_float(unsigned i) {
+  float x;
+  memcpy(&x, &i, 4);
+  return x;
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x ? __builtin_clz(static_cast<unsigned>(x)) : 32; }
@@ -200,12 +234,16 @@ inline unsigned __brev(unsigned x) {
 template <typename A, typename B, std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>, int> = 0>
 inline std::common_type_t<A, B> min(A a, B b) {
   using C = std::common_type_t<A, B>;
-  if constexpr (std::is_floating_point_v<C>) return fmin(static_cast<C>(a), static_cast<C>(b));
-  else return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b) : static_cast<C>(a);
+  if constexpr (std::is_floating_point_v<C>)
+    return fmin(static_cast<C>(a), static_cast<C>(b));
+  else
+    return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b) : static_cast<C>(a);
 }
 template <typename A, typename B, std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>, int> = 0>
 inline std::common_type_t<A, B> max(A a, B b) {
   using C = std::common_type_t<A, B>;
-  if constexpr (std::is_floating_point_v<C>) return fmax(static_cast<C>(a), static_cast<C>(b));
-  else return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+  if constexpr (std::is_floating_point_v<C>)
+    return fmax(static_cast<C>(a), static_cast<C>(b));
+  else
+    return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
 }

@@ -19,11 +19,19 @@
 // read what an earlier task left there), an access to dynamic shared memory past the bytes the task
 // asked for, and a misaligned vector access (a uint4 load from an address that is not a multiple of
 // 16 works on x86; the device faults). memcpy / memset calls are not seen (ThreadSanitizer intercepts them; we do not).
+//
+// Global accesses are also checked against the task's slices (RunConfig::memory): a read outside its
+// input and output slices (and the meta tensors) reads data no dependency orders before the task, a
+// write outside its output slices clobbers another task's data or an input, and an address in no
+// tensor at all is reported as such. A cp.async destination counts as written by an agent that
+// nothing orders with until the issuing thread's wait, which then reads the source and writes it.
 #include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,12 +42,14 @@ namespace mpk {
 namespace emu {
 namespace {
 
+enum : uint16_t { kAtomic = 1, kAsync = 2 };
+
 struct Access {
   uint32_t epoch;  // 0, or below the task's first epoch: none
   uint32_t clock;  // the thread's own lane clock at the access
-  uint32_t pc;     // offset in the module
+  uint32_t pc;  // offset in the module
   uint16_t tid;
-  uint16_t atomic;
+  uint16_t flags;  // kAtomic, kAsync (a cp.async in flight: ordered with nothing)
 };
 
 struct Cell {  // one byte of application memory
@@ -48,7 +58,15 @@ struct Cell {  // one byte of application memory
 
 constexpr uintptr_t kPageBytes = 4096;
 
-enum class Finding : uint8_t { kRace, kUninitialized, kPastDynamicSmem, kMisaligned };
+enum class Finding : uint8_t {
+  kRace,
+  kUninitialized,
+  kPastDynamicSmem,
+  kMisaligned,
+  kReadOutsideSlices,
+  kWriteOutsideSlices,
+  kNoTensor
+};
 
 struct Report {
   Finding kind;
@@ -65,10 +83,13 @@ struct RaceState {
   bool on = false;
   uint32_t epoch = 0, task_epoch = 0;
   uintptr_t skip_lo = 0, skip_size = 0;  // fiber records and stacks
-  uintptr_t view_lo = 0;                 // the tls_view pointer itself
+  uintptr_t view_lo = 0;  // the tls_view pointer itself
   uintptr_t shared_lo = 0, shared_size = 0;
   uintptr_t dyn_lo = 0, dyn_capacity = 0, dyn_bytes = 0;
   uintptr_t module_base = 0;
+  Memory const *memory = nullptr;  // with check_slices: the task's slices
+  uintptr_t host_lo = 0, host_size = 0;  // the emulator's descriptor and runtime view
+  uintptr_t image_lo = 0, image_size = 0;  // the module's own data (__constant__ tables, ...)
   std::unordered_map<uintptr_t, Cell *> pages;
   std::vector<Cell *> spare;
   uintptr_t last_page = ~uintptr_t{0};
@@ -111,27 +132,61 @@ Cell *page_cells(RaceState &rs, uintptr_t page) {
 void add_report(RaceState &rs, Report const &r) {
   for (Report const &o : rs.reports)
     if (o.kind == r.kind && o.pc == r.pc && (r.kind != Finding::kRace || o.prior.pc == r.prior.pc)) return;
-  if (rs.reports.size() < kMaxReports) rs.reports.push_back(r);
-  else ++rs.dropped;
+  if (rs.reports.size() < kMaxReports)
+    rs.reports.push_back(r);
+  else
+    ++rs.dropped;
 }
 
 inline bool live(RaceState const &rs, Access const &a) { return a.epoch >= rs.task_epoch; }
 
 inline bool ordered_before(RaceState const &rs, Access const &a, Thread const &t) {
+  if (a.flags & kAsync) return false;
   return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock);
 }
 
+// [a, a + n) inside one of the sorted, disjoint ranges.
+bool covered(MpkEmuRange const *r, int count, uintptr_t a, uintptr_t n) {
+  int lo = 0, hi = count;
+  while (lo < hi) {  // the first range ending after a
+    int const mid = (lo + hi) / 2;
+    if (r[mid].hi <= a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < count && r[lo].lo <= a && a + n <= r[lo].hi;
+}
+
+// A global access of the task: inside its slices? (memory the emulator or the module owns is exempt)
+Finding check_slices(RaceState const &rs, uintptr_t addr, uintptr_t size, bool write) {
+  Memory const &m = *rs.memory;
+  if (addr - rs.host_lo < rs.host_size || addr - rs.image_lo < rs.image_size) return Finding::kRace;
+  if (write ? covered(m.writable, m.num_writable, addr, size) : covered(m.readable, m.num_readable, addr, size))
+    return Finding::kRace;
+  if (!tensor_at(m, addr) && !tensor_at(m, addr + size - 1)) return Finding::kNoTensor;
+  return write ? Finding::kWriteOutsideSlices : Finding::kReadOutsideSlices;
+}
+
 // aligned: g++ called the hook for an access whose type has the alignment of its size (uint4,
-// float2, ...); the device faults when such an access is misaligned, x86 does not.
-void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *ret, bool aligned = false) {
+// float2, ...); the device faults when such an access is misaligned, x86 does not. flags: kAtomic,
+// kAsync (a cp.async issue), landing (its wait: the thread's own async write is complete).
+void access(uintptr_t addr, uintptr_t size, bool write, uint16_t flags, uint32_t pc, bool aligned = false,
+            bool landing = false) {
   RaceState *state = tls_race;
   if (!state || !state->on) return;
   RaceState &rs = *state;
   Thread const *t = tls_thread;
   if (!t || addr - rs.skip_lo < rs.skip_size || addr - rs.view_lo < sizeof(void *)) return;
-  uint32_t const pc = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ret) - 1 - rs.module_base);
+  bool const atomic = flags & kAtomic;
   bool const shared = addr - rs.shared_lo < rs.shared_size;
-  Report r{Finding::kRace, write, atomic, static_cast<uint16_t>(t->tid), pc, static_cast<uint32_t>(size), addr, {}, false};
+  Report r{Finding::kRace, write, atomic, static_cast<uint16_t>(t->tid), pc, static_cast<uint32_t>(size),
+           addr,           {},    false};
+  if (!shared && rs.memory) {
+    r.kind = check_slices(rs, addr, size, write);
+    if (r.kind != Finding::kRace) add_report(rs, r);
+    if (r.kind == Finding::kNoTensor) return;  // no shadow for memory that is not ours
+  }
   if (shared && addr - rs.dyn_lo < rs.dyn_capacity && addr + size - rs.dyn_lo > rs.dyn_bytes) {
     r.kind = Finding::kPastDynamicSmem;
     add_report(rs, r);
@@ -140,17 +195,23 @@ void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *re
     r.kind = Finding::kMisaligned;
     add_report(rs, r);
   }
-  Access const me{rs.epoch, t->clock[t->tid % 32], pc, static_cast<uint16_t>(t->tid), atomic};
+  Access const me{rs.epoch, t->clock[t->tid % 32], pc, static_cast<uint16_t>(t->tid), flags};
   bool found = false, uninitialized = false;
   for (uintptr_t a = addr; a < addr + size; ++a) {
     Cell &c = page_cells(rs, a / kPageBytes)[a % kPageBytes];
-    auto conflicts = [&](Access const &o) { return live(rs, o) && !ordered_before(rs, o, *t) && !(o.atomic && atomic); };
+    auto conflicts = [&](Access const &o) {
+      if (landing && (o.flags & kAsync) && o.tid == me.tid) return false;
+      return live(rs, o) && !ordered_before(rs, o, *t) && !((o.flags & kAtomic) && atomic);
+    };
     if (!found) {
       Access const *prior = nullptr;
       bool prior_write = true;
-      if (conflicts(c.write)) prior = &c.write;
-      else if (write && conflicts(c.read1)) prior = &c.read1, prior_write = false;
-      else if (write && conflicts(c.read2)) prior = &c.read2, prior_write = false;
+      if (conflicts(c.write))
+        prior = &c.write;
+      else if (write && conflicts(c.read1))
+        prior = &c.read1, prior_write = false;
+      else if (write && conflicts(c.read2))
+        prior = &c.read2, prior_write = false;
       if (prior) {
         r.kind = Finding::kRace;
         r.prior = *prior;
@@ -175,87 +236,6 @@ void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *re
   }
 }
 
-std::string module_path() {
-  Dl_info info{};
-  return dladdr(reinterpret_cast<void *>(&module_path), &info) && info.dli_fname ? info.dli_fname : "";
-}
-
-// file:line of each pc (innermost first, then the places it was inlined into), by one addr2line run.
-std::unordered_map<uint32_t, std::string> symbolize(std::vector<uint32_t> const &pcs) {
-  std::unordered_map<uint32_t, std::string> out;
-  std::string cmd = "addr2line -i -a -e '" + module_path() + "'";
-  for (uint32_t pc : pcs) cmd += " 0x" + [&] { char b[16]; snprintf(b, sizeof b, "%x", pc); return std::string(b); }();
-  FILE *f = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (!f) return out;
-  char line[4096];
-  uint32_t pc = 0;
-  int frames = 0;
-  while (fgets(line, sizeof line, f)) {
-    std::string s(line);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    if (s.rfind("0x", 0) == 0) {
-      pc = static_cast<uint32_t>(strtoull(s.c_str(), nullptr, 16));
-      frames = 0;
-      continue;
-    }
-    size_t const d = s.find(" (discriminator");
-    if (d != std::string::npos) s.resize(d);
-    if (s.rfind("??", 0) == 0 || s.find("emulation/cuda_shim.h") != std::string::npos) continue;
-    std::string &loc = out[pc];
-    if (frames == 0) loc = s;
-    else if (frames == 1) loc += " (inlined at " + s;
-    else if (frames < 4) loc += ", " + s;
-    ++frames;
-  }
-  pclose(f);
-  for (auto &[pc, loc] : out)
-    if (loc.find(" (inlined at ") != std::string::npos) loc += ")";
-  return out;
-}
-
-std::string location(std::unordered_map<uint32_t, std::string> const &where, uint32_t pc) {
-  auto it = where.find(pc);
-  if (it != where.end() && !it->second.empty()) return it->second;
-  char b[48];
-  snprintf(b, sizeof b, "module+0x%x (no line information)", pc);
-  return b;
-}
-
-// The module's thread_local symbols (every __shared__ variable): offset in the block, size, name
-// with its function's parameters left out ("mpk::block_reduce<float, mpk::SumOp>()::partial").
-struct TlsSymbol {
-  uintptr_t offset, size;
-  std::string name;
-};
-
-std::vector<TlsSymbol> tls_symbols() {
-  std::vector<TlsSymbol> out;
-  FILE *f = popen(("readelf -sW --demangle '" + module_path() + "' 2>/dev/null").c_str(), "r");
-  if (!f) return out;
-  char line[4096];
-  while (fgets(line, sizeof line, f)) {
-    unsigned long value, size;
-    char type[16], ndx[16];
-    int name_at = 0;
-    if (sscanf(line, " %*s %lx %lu %15s %*s %*s %15s %n", &value, &size, type, ndx, &name_at) < 4 || !name_at) continue;
-    if (strcmp(type, "TLS") || !strcmp(ndx, "UND")) continue;
-    std::string name(line + name_at);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    size_t const open = name.find('(');
-    if (open != std::string::npos) {
-      int depth = 0;
-      size_t close = open;
-      for (; close < name.size(); ++close)
-        if (name[close] == '(') ++depth;
-        else if (name[close] == ')' && --depth == 0) break;
-      if (close < name.size()) name.replace(open, close - open + 1, "()");
-    }
-    out.push_back({value, size, name});
-  }
-  pclose(f);
-  return out;
-}
-
 std::string address(RaceState const &rs, uintptr_t a, std::vector<TlsSymbol> const &symbols) {
   char b[64];
   if (a - rs.dyn_lo < rs.dyn_capacity) {
@@ -269,19 +249,41 @@ std::string address(RaceState const &rs, uintptr_t a, std::vector<TlsSymbol> con
     snprintf(b, sizeof b, "static shared memory %p", reinterpret_cast<void *>(a));
     return b;
   }
-  snprintf(b, sizeof b, "global memory %p", reinterpret_cast<void *>(a));
-  return b;
+  return rs.memory ? tensor_address(*rs.memory, a) : tensor_address(Memory{}, a);
 }
 
-char const *verb(bool write, bool atomic, bool past) {
+char const *verb(bool write, bool atomic, bool past, bool async = false) {
+  if (async) return past ? "started a cp.async that writes" : "starts a cp.async that writes";
   if (atomic) return past ? "did an atomic on" : "does an atomic on";
   if (write) return past ? "wrote" : "writes";
   return past ? "read" : "reads";
 }
 
+// The address range of the module's loaded segments (its static data among them).
+void module_image(uintptr_t &lo, uintptr_t &hi) {
+  struct Query {
+    uintptr_t base, lo, hi;
+  } q{module_base(), ~uintptr_t{0}, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) -> int {
+        auto &q = *static_cast<Query *>(data);
+        if (info->dlpi_addr != q.base) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          ElfW(Phdr) const &ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          q.lo = std::min<uintptr_t>(q.lo, info->dlpi_addr + ph.p_vaddr);
+          q.hi = std::max<uintptr_t>(q.hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        return 1;
+      },
+      &q);
+  lo = q.hi ? q.lo : 0;
+  hi = q.hi;
+}
+
 }  // namespace
 
-void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi) {
+void race_begin(Block &b) {
   RaceState &rs = race_state();
   for (auto &[page, cells] : rs.pages) rs.spare.push_back(cells);  // stale epochs read as empty
   rs.pages.clear();
@@ -289,21 +291,37 @@ void race_begin(Block &b, uintptr_t skip_lo, uintptr_t skip_hi) {
   rs.reports.clear();
   rs.dropped = 0;
   rs.task_epoch = ++rs.epoch;
-  rs.skip_lo = skip_lo;
-  rs.skip_size = skip_hi - skip_lo;
+  rs.skip_lo = b.stacks_lo;
+  rs.skip_size = b.stacks_hi - b.stacks_lo;
   rs.view_lo = reinterpret_cast<uintptr_t>(&tls_view);
   rs.shared_lo = b.shared_lo;
   rs.shared_size = b.shared_hi - b.shared_lo;
   rs.dyn_lo = reinterpret_cast<uintptr_t>(b.cfg.dynamic_smem);
   rs.dyn_capacity = b.cfg.dynamic_smem_capacity;
   rs.dyn_bytes = b.cfg.dynamic_smem_bytes;
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void *>(&race_begin), &info)) rs.module_base = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  rs.module_base = module_base();
+  Memory const &m = b.cfg.memory;
+  rs.memory = m.check_slices ? &m : nullptr;
+  rs.host_lo = m.host_lo;
+  rs.host_size = m.host_hi - m.host_lo;
+  if (!rs.image_size) {
+    uintptr_t lo, hi;
+    module_image(lo, hi);
+    rs.image_lo = lo;
+    rs.image_size = hi - lo;
+  }
   for (int i = 0; i < b.cfg.num_threads; ++i) {
     memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
     b.threads[i].clock[i % 32] = 1;
   }
   rs.on = true;
+}
+
+void race_async_issue(uintptr_t dst, uint32_t bytes, uint32_t pc) { access(dst, bytes, true, kAsync, pc); }
+
+void race_async_land(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc) {
+  if (src) access(src, bytes, false, 0, pc);  // a zero-filling copy reads nothing
+  access(dst, bytes, true, 0, pc, false, true);
 }
 
 void race_barrier(Block &b) {
@@ -341,15 +359,38 @@ std::string race_end(Block &b) {
   std::vector<TlsSymbol> const symbols = named ? tls_symbols() : std::vector<TlsSymbol>();
   std::string out;
   std::string const task = " in task " + std::to_string(b.cfg.task_id) + ": ";
+  std::vector<std::string> seen;  // one finding per kind and source lines (a vector access may be several)
   for (Report const &r : rs.reports) {
+    std::string const key = std::to_string(static_cast<int>(r.kind)) + location(where, r.pc) +
+                            (r.kind == Finding::kRace ? location(where, r.prior.pc) : std::string());
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
     if (!out.empty()) out += "\n";
     std::string const who = describe_thread(r.tid) + " " + verb(r.write, r.atomic, false) + " " +
-                            std::to_string(r.size) + " bytes at " + address(rs, r.addr, symbols) + " at " + location(where, r.pc);
+                            std::to_string(r.size) + " bytes at " + address(rs, r.addr, symbols) + " at " +
+                            location(where, r.pc);
     switch (r.kind) {
       case Finding::kRace:
-        out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
-               verb(r.prior_write, r.prior.atomic, true) + " it at " + location(where, r.prior.pc) +
-               ", with no barrier in between (__syncthreads(), or __syncwarp() within a warp)";
+        if (r.prior.flags & kAsync)
+          out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " + verb(true, false, true, true) +
+                 " it at " + location(where, r.prior.pc) +
+                 ", which lands only at that thread's cp_async_wait_all() (and, for other threads, a "
+                 "__syncthreads() after it)";
+        else
+          out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
+                 verb(r.prior_write, r.prior.flags & kAtomic, true) + " it at " + location(where, r.prior.pc) +
+                 ", with no barrier in between (__syncthreads(), or __syncwarp() within a warp)";
+        break;
+      case Finding::kReadOutsideSlices:
+        out += "read outside the task's slices" + task + who + "; the task " + rs.memory->slices +
+               ": no dependency orders this read after the task that writes that data (a missing input?)";
+        break;
+      case Finding::kWriteOutsideSlices:
+        out += "write outside the task's output slices" + task + who + "; the task " + rs.memory->slices +
+               ": it clobbers another task's data or an input";
+        break;
+      case Finding::kNoTensor:
+        out += "access outside every tensor" + task + who + "; the task " + rs.memory->slices;
         break;
       case Finding::kUninitialized:
         out += "uninitialized shared memory" + task + who + ", which no thread of this task wrote";
@@ -372,7 +413,18 @@ std::string race_end(Block &b) {
 }  // namespace mpk
 
 // The hooks g++ -fsanitize=thread calls. Each takes the program counter of its caller: the access.
-using mpk::emu::on_access;
+namespace {
+
+inline uint32_t pc_of(void *ret) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(ret) - 1 - mpk::emu::module_base());
+}
+
+// One hook: the access at the caller's return address.
+inline void on_access(uintptr_t addr, uintptr_t size, bool write, bool atomic, void *ret, bool aligned = false) {
+  mpk::emu::access(addr, size, write, atomic ? mpk::emu::kAtomic : 0, pc_of(ret), aligned);
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -382,13 +434,25 @@ void __tsan_func_exit() {}
 void __tsan_vptr_update(void **, void *) {}
 void __tsan_vptr_read(void **) {}
 
-#define MPK_EMU_PLAIN(N)                                                                                 \
-  void __tsan_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0), true); } \
-  void __tsan_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0), true); } \
-  void __tsan_unaligned_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0)); } \
-  void __tsan_unaligned_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0)); } \
-  void __tsan_volatile_read##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0)); } \
-  void __tsan_volatile_write##N(void *a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0)); }
+#define MPK_EMU_PLAIN(N)                                                                           \
+  void __tsan_read##N(void *a) {                                                                   \
+    on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0), true); \
+  }                                                                                                \
+  void __tsan_write##N(void *a) {                                                                  \
+    on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0), true);  \
+  }                                                                                                \
+  void __tsan_unaligned_read##N(void *a) {                                                         \
+    on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0));       \
+  }                                                                                                \
+  void __tsan_unaligned_write##N(void *a) {                                                        \
+    on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0));        \
+  }                                                                                                \
+  void __tsan_volatile_read##N(void *a) {                                                          \
+    on_access(reinterpret_cast<uintptr_t>(a), N, false, false, __builtin_return_address(0));       \
+  }                                                                                                \
+  void __tsan_volatile_write##N(void *a) {                                                         \
+    on_access(reinterpret_cast<uintptr_t>(a), N, true, false, __builtin_return_address(0));        \
+  }
 MPK_EMU_PLAIN(1)
 MPK_EMU_PLAIN(2)
 MPK_EMU_PLAIN(4)
@@ -396,59 +460,63 @@ MPK_EMU_PLAIN(8)
 MPK_EMU_PLAIN(16)
 #undef MPK_EMU_PLAIN
 
-void __tsan_read_range(void *a, unsigned long n) { on_access(reinterpret_cast<uintptr_t>(a), n, false, false, __builtin_return_address(0)); }
-void __tsan_write_range(void *a, unsigned long n) { on_access(reinterpret_cast<uintptr_t>(a), n, true, false, __builtin_return_address(0)); }
+void __tsan_read_range(void *a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), n, false, false, __builtin_return_address(0));
+}
+void __tsan_write_range(void *a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), n, true, false, __builtin_return_address(0));
+}
 
 void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 
 // Atomics: do the operation (one OS thread runs the block, so relaxed is exact) and record it.
-#define MPK_EMU_ATOMIC_RMW(N, T, OP, EXPR)                                                   \
-  T __tsan_atomic##N##_##OP(volatile T *a, T v, int) {                                       \
+#define MPK_EMU_ATOMIC_RMW(N, T, OP, EXPR)                                                         \
+  T __tsan_atomic##N##_##OP(volatile T *a, T v, int) {                                             \
     on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0)); \
-    T const old = *a;                                                                         \
-    *a = EXPR;                                                                                \
-    return old;                                                                               \
+    T const old = *a;                                                                              \
+    *a = EXPR;                                                                                     \
+    return old;                                                                                    \
   }
-#define MPK_EMU_ATOMICS(N, T)                                                                               \
-  T __tsan_atomic##N##_load(volatile T const *a, int) {                                                     \
-    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), false, true, __builtin_return_address(0));         \
-    return *a;                                                                                              \
-  }                                                                                                         \
-  void __tsan_atomic##N##_store(volatile T *a, T v, int) {                                                  \
-    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
-    *a = v;                                                                                                 \
-  }                                                                                                         \
-  MPK_EMU_ATOMIC_RMW(N, T, exchange, v)                                                                     \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_add, static_cast<T>(old + v))                                             \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_sub, static_cast<T>(old - v))                                             \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_and, static_cast<T>(old & v))                                             \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_or, static_cast<T>(old | v))                                              \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_xor, static_cast<T>(old ^ v))                                             \
-  MPK_EMU_ATOMIC_RMW(N, T, fetch_nand, static_cast<T>(~(old & v)))                                         \
-  int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *expected, T v, int, int) {              \
-    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
-    if (*a == *expected) {                                                                                  \
-      *a = v;                                                                                               \
-      return 1;                                                                                             \
-    }                                                                                                       \
-    *expected = *a;                                                                                         \
-    return 0;                                                                                               \
-  }                                                                                                         \
-  int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *expected, T v, int, int) {                \
-    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
-    if (*a == *expected) {                                                                                  \
-      *a = v;                                                                                               \
-      return 1;                                                                                             \
-    }                                                                                                       \
-    *expected = *a;                                                                                         \
-    return 0;                                                                                               \
-  }                                                                                                         \
-  T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T expected, T v, int, int) {                    \
-    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));          \
-    T const old = *a;                                                                                       \
-    if (old == expected) *a = v;                                                                            \
-    return old;                                                                                             \
+#define MPK_EMU_ATOMICS(N, T)                                                                       \
+  T __tsan_atomic##N##_load(volatile T const *a, int) {                                             \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), false, true, __builtin_return_address(0)); \
+    return *a;                                                                                      \
+  }                                                                                                 \
+  void __tsan_atomic##N##_store(volatile T *a, T v, int) {                                          \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));  \
+    *a = v;                                                                                         \
+  }                                                                                                 \
+  MPK_EMU_ATOMIC_RMW(N, T, exchange, v)                                                             \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_add, static_cast<T>(old + v))                                      \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_sub, static_cast<T>(old - v))                                      \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_and, static_cast<T>(old & v))                                      \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_or, static_cast<T>(old | v))                                       \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_xor, static_cast<T>(old ^ v))                                      \
+  MPK_EMU_ATOMIC_RMW(N, T, fetch_nand, static_cast<T>(~(old & v)))                                  \
+  int __tsan_atomic##N##_compare_exchange_strong(volatile T *a, T *expected, T v, int, int) {       \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));  \
+    if (*a == *expected) {                                                                          \
+      *a = v;                                                                                       \
+      return 1;                                                                                     \
+    }                                                                                               \
+    *expected = *a;                                                                                 \
+    return 0;                                                                                       \
+  }                                                                                                 \
+  int __tsan_atomic##N##_compare_exchange_weak(volatile T *a, T *expected, T v, int, int) {         \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));  \
+    if (*a == *expected) {                                                                          \
+      *a = v;                                                                                       \
+      return 1;                                                                                     \
+    }                                                                                               \
+    *expected = *a;                                                                                 \
+    return 0;                                                                                       \
+  }                                                                                                 \
+  T __tsan_atomic##N##_compare_exchange_val(volatile T *a, T expected, T v, int, int) {             \
+    on_access(reinterpret_cast<uintptr_t>(a), sizeof(T), true, true, __builtin_return_address(0));  \
+    T const old = *a;                                                                               \
+    if (old == expected) *a = v;                                                                    \
+    return old;                                                                                     \
   }
 MPK_EMU_ATOMICS(8, uint8_t)
 MPK_EMU_ATOMICS(16, uint16_t)

@@ -1,5 +1,6 @@
-// What the shim's macros call in the block runner (emulation/block_runner.cpp): barriers, warp
-// collectives and the built-in variables. Free of macros, so host-only code can include it.
+// What the shim's macros and the primitives' host versions call in the block runner
+// (emulation/block_runner.cpp): barriers, warp collectives, asynchronous copies, timers and the
+// built-in variables. Free of macros, so host-only code can include it.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -23,16 +24,32 @@ struct ThreadView {
 extern thread_local ThreadView const *tls_view;  // the running fiber's; set by the runner
 
 enum BarrierKind : int { kSyncthreads, kSyncthreadsCount, kSyncthreadsAnd, kSyncthreadsOr };
-enum WarpKind : int { kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp };
+enum WarpKind : int { kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp, kExchange };
+
+// Computes every lane's output of a warp_exchange from all lanes' inputs, indexed by lane.
+using Combine = void (*)(void const *const *ins, void *const *outs);
 
 // The runner (block_runner.cpp). Each call is a switch point: the fiber waits there until the
 // barrier or collective completes, and gets its result.
 int barrier(Site site, int kind, int pred);
 uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int arg, int width);
+// A warp collective with a payload (a tensor-core mma): every lane of `mask` waits with its `in`,
+// and once all have arrived `combine` fills every lane's `out`. `name` names it in reports. Like
+// shuffles it synchronizes the lanes but orders no memory.
+void warp_exchange(Site site, char const *name, unsigned mask, void const *in, void *out, Combine combine);
 void yield(Site site);
 [[noreturn]] void trap(Site site, char const *what);
 unsigned long long clock_ticks();
+unsigned long long global_timer_ns();
 size_t cvta_generic_to_shared(void const *p);
+
+// cp.async: a copy is queued at issue (the destination must be shared memory) and performed by the
+// issuing thread's cp_async_wait_all(); until then the destination holds what it held. A
+// race-checking run reports any access to the destination before that wait (even by the issuer).
+// A null source fills the destination with zeros (cp.async with src-size 0).
+void cp_async_issue(void *smem_dst, void const *src, unsigned bytes);
+void cp_async_commit();
+void cp_async_wait_all();
 
 }  // namespace emu
 }  // namespace mpk

@@ -7,6 +7,27 @@
 
 namespace mpk {
 
+#ifdef MPK_HOST_EMULATION
+// Host versions (emulation/block_runner.cpp): the copy is queued at issue and performed by this
+// thread's cp_async_wait_all(); until then the destination keeps what it held, and a race-checking
+// run reports any access to it, even by this thread. A destination outside shared memory, or an
+// address that is not 16-byte aligned, stops the run as it would fault the device.
+__device__ __forceinline__ void cp_async_16(void *smem_dst, void const *gmem_src) {
+  ::mpk::emu::cp_async_issue(smem_dst, gmem_src, 16);
+}
+__device__ __forceinline__ void cp_async_commit() { ::mpk::emu::cp_async_commit(); }
+__device__ __forceinline__ void cp_async_wait_all() { ::mpk::emu::cp_async_wait_all(); }
+// A null source lands as 16 zero bytes (nothing is read).
+__device__ __forceinline__ void cp_async_16_zfill(void *smem_dst, void const *gmem_src, bool full) {
+  ::mpk::emu::cp_async_issue(smem_dst, full ? gmem_src : nullptr, 16);
+}
+// Lands every copy, the most recent N groups too: stricter than the device, so a body that reads a
+// stage that is still in flight after this wait is not caught here.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  ::mpk::emu::cp_async_wait_all();
+}
+#else
 // Starts a 16-byte copy gmem_src -> smem_dst (both 16-byte aligned), cached in L2 only (.cg).
 __device__ __forceinline__ void cp_async_16(void *smem_dst, void const *gmem_src) {
   uint32_t const d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
@@ -32,5 +53,6 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+#endif
 
 }  // namespace mpk

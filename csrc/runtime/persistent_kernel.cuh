@@ -1,7 +1,15 @@
 // The persistent kernel: num_workers worker CTAs, then the scheduler CTA(s) whose warps are the
 // local schedulers. Included by the generated translation unit after it has defined
-// mpk::execute_task, kDynamicSmemBytes and task_type_name (see mpk_runtime/codegen.py).
+// mpk::execute_task, kDynamicSmemBytes and task_type_name (see mpk_runtime/codegen/dispatcher.py).
+//
+// A host build of the same translation unit (-DMPK_HOST_EMULATION, mpk_runtime/build/host.py) gets
+// the host emulator's entry points instead (emulation/entry.h): the task bodies and
+// prepare_next_batch run on the CPU, with no kernel, scheduler or CUDA host code. So a saved
+// test_rank0.cu, edited or not, builds for the GPU and for the emulator alike.
 #pragma once
+#ifdef MPK_HOST_EMULATION
+#include "emulation/entry.h"
+#else
 #include "runtime/scheduler.cuh"
 #include "runtime/worker.cuh"
 
@@ -23,3 +31,4 @@ __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __g
 
 #include "runtime/host.cuh"
 #include "runtime/peer_memory.cuh"
+#endif

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,31 +87,46 @@ def cache_root() -> Path:
     return path
 
 
-def entry_is_valid(entry: Path, key: str | None = None) -> bool:
+def entry_is_valid(entry: Path, key: str | None = None, filename: str = MODULE) -> bool:
     """Whether ``entry`` is a sound cache entry (of ``key``; default: the key its name ends with)."""
     key = key if key is not None else _key_of(entry)
     try:
-        return entry_problem(entry, key) is None
+        return entry_problem(entry, key, filename) is None
     except BuildError:
         return False
 
 
 def build_module(source: str, arch: str, name: str, python_extension: bool = False) -> BuildResult:
     """The module for ``source`` on ``arch``: from the cache, or built once and published there."""
-    start = time.perf_counter()
     key = cache_key(source, arch, python_extension)
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
-    modules = cache_root() / "modules"
-    entry = modules / f"{name}-{arch}-{key[:16]}"
-    if entry_problem(entry, key) is None:
-        return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
+    entry = cache_root() / "modules" / f"{name}-{arch}-{key[:16]}"
+
+    def make(tmp: Path) -> None:
+        with fs_errors("write the build's files in", tmp):
+            (tmp / SOURCE).write_text(source)
+        compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
+
+    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags_for(arch, python_extension)}
+    return publish(entry, key, MODULE, record, make)
+
+
+def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> BuildResult:
+    """The cache entry ``entry`` of ``key``, holding ``filename``: found sound, or built by
+    ``make(tmp)`` into a temporary directory, recorded (``record`` plus the file's sha256) and
+    published by one rename, under the entry's lock, healing a damaged entry on the way. Every kind
+    of entry (nvcc modules, host-emulation modules and archives) goes through here."""
+    start = time.perf_counter()
+    modules = entry.parent
+    if entry_problem(entry, key, filename) is None:
+        return BuildResult(entry / filename, entry, key, True, time.perf_counter() - start)
     if modules not in _cleaned:
         _cleaned.add(modules)
         cache_fs.clean_leftovers(modules)
     with build_lock(Path(f"{entry}.lock"), lock_timeout(), log.warning) as lock:
-        problem = entry_problem(entry, key)  # again: another process may have built it while we waited
+        problem = entry_problem(entry, key, filename)  # again: another process may have built it while we waited
         if problem is None:
-            return BuildResult(entry / MODULE, entry, key, True, time.perf_counter() - start)
+            return BuildResult(entry / filename, entry, key, True, time.perf_counter() - start)
         notes = [] if lock.held else [f"built without the lock: {lock.note}"]
         if problem != "missing":
             notes.insert(0, f"rebuilt {entry.name}: {problem}")
@@ -119,38 +135,28 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
         note = "; ".join(notes) or None
         if note:
             log.warning("mpk build cache: %s", note)
-        cached = _build_and_publish(source, arch, key, name, python_extension, modules, entry)
-    return BuildResult(entry / MODULE, entry, key, cached, time.perf_counter() - start, note)
+        cached = _build_and_publish(entry, key, filename, record, make)
+    return BuildResult(entry / filename, entry, key, cached, time.perf_counter() - start, note)
 
 
-def _build_and_publish(source: str, arch: str, key: str, name: str, ext: bool, modules: Path, entry: Path) -> bool:
+def _build_and_publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> bool:
     """Build into a temporary directory and rename it to ``entry``. True when another process
     published a sound entry first (that one is used, ours dropped)."""
+    modules = entry.parent
     tmp = cache_fs.temp_dir(modules, entry.name)
     try:
+        make(tmp)
+        full = {**record, "module_sha256": cache_fs.sha256(tmp / filename), "built_by_pid": os.getpid(), "built_at": time.time()}
         with fs_errors("write the build's files in", tmp):
-            (tmp / SOURCE).write_text(source)
-        compile_to(tmp / SOURCE, tmp / MODULE, arch, ext)
-        record = {
-            "key": key,
-            "arch": arch,
-            "name": name,
-            "nvcc": nvcc_version(nvcc()),
-            "flags": flags_for(arch, ext),
-            "module_sha256": cache_fs.sha256(tmp / MODULE),
-            "built_by_pid": os.getpid(),
-            "built_at": time.time(),
-        }
-        with fs_errors("write the build's files in", tmp):
-            (tmp / RECORD).write_text(json.dumps(record, indent=1))
+            (tmp / RECORD).write_text(json.dumps(full, indent=1))
         cache_fs.share(tmp)
-        return _publish(tmp, entry, key, modules)
+        return _publish(tmp, entry, key, filename)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _publish(tmp: Path, entry: Path, key: str, modules: Path) -> bool:
+def _publish(tmp: Path, entry: Path, key: str, filename: str) -> bool:
     for _ in range(2):
         try:
             os.rename(tmp, entry)
@@ -158,11 +164,11 @@ def _publish(tmp: Path, entry: Path, key: str, modules: Path) -> bool:
         except OSError as e:
             if not os.path.lexists(entry):
                 raise fs_error(e, "publish the build as", entry) from None
-        problem = entry_problem(entry, key)
+        problem = entry_problem(entry, key, filename)
         if problem is None:
             return True  # another process published the same key first
         log.warning("mpk build cache: replacing %s, published meanwhile but damaged: %s", entry.name, problem)
-        cache_fs.discard(entry, modules)
+        cache_fs.discard(entry, entry.parent)
     raise BuildError(f"build cache: cannot publish {entry}: it keeps reappearing damaged; remove it, or set MPK_CACHE_DIR")
 
 

@@ -59,9 +59,10 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def entry_problem(entry: Path, key: str) -> str | None:
+def entry_problem(entry: Path, key: str, filename: str = MODULE) -> str | None:
     """What is wrong with cache entry ``entry`` of ``key``, in a few words; None if it is sound;
-    "missing" if there is none. BuildError when it cannot be read (that is no damage)."""
+    "missing" if there is none. ``filename`` is the built file the record's sha256 is of. BuildError
+    when it cannot be read (that is no damage)."""
     try:
         st = os.lstat(entry)
     except FileNotFoundError:
@@ -92,14 +93,14 @@ def entry_problem(entry: Path, key: str) -> str | None:
             return f"{RECORD}'s {field} is {got}, not a {kind.__name__}"
     if record["key"] != key:
         return f"{RECORD} is for key {record['key'][:16]}..., not {key[:16]}..."
-    module = entry / MODULE
+    module = entry / filename
     try:
         if not stat.S_ISREG(os.lstat(module).st_mode):
-            return f"{MODULE} is not a regular file"
+            return f"{filename} is not a regular file"
         if sha256(module) != record["module_sha256"]:
-            return f"{MODULE} does not match the sha256 in {RECORD} (changed or truncated)"
+            return f"{filename} does not match the sha256 in {RECORD} (changed or truncated)"
     except FileNotFoundError:
-        return f"it has no {MODULE}"
+        return f"it has no {filename}"
     except OSError as e:
         raise fs_error(e, "read", module) from None
     return None

@@ -48,11 +48,16 @@ def flags_for(arch: str, python_extension: bool = False) -> list[str]:
 
 
 def included_headers(source: str) -> list[Path]:
-    """Every csrc header ``source`` includes, transitively (quoted includes resolve under csrc)."""
+    """Every csrc header ``source`` includes, transitively (quoted includes resolve under csrc).
+    csrc/emulation/ is left out: runtime/persistent_kernel.cuh includes it only for a host build
+    (MPK_HOST_EMULATION, build/host.py), so an edit there rebuilds no nvcc module."""
     seen: dict[Path, None] = {}
     todo = list(_INCLUDE.findall(source))
     while todo:
-        path = (resources.CSRC / todo.pop()).resolve()
+        name = todo.pop()
+        if name.startswith("emulation/"):
+            continue
+        path = (resources.CSRC / name).resolve()
         if path in seen or not path.is_file():
             continue
         seen[path] = None

@@ -17,7 +17,7 @@ import torch
 
 from .. import dtypes, memory
 from ..codegen import dispatcher
-from ..errors import ConfigError, GraphError, ShapeError
+from ..errors import ConfigError, EmulationError, GraphError, MemoryBudgetError, ShapeError
 from ..graph.shuffle import shuffle
 from ..graph.variants import Variant
 from ..tasks import registry
@@ -134,3 +134,30 @@ def _check_bound(out: CompileOutput, name: str, given: Any) -> None:
             f"replay of {out.directory}: tensor {name!r} must be {want.dtype} {tuple(want.shape)}, "
             f"got {short} {tuple(given.shape)}"
         )
+
+
+def check_runnable(out: CompileOutput, backend: str, reference: bool, arch: str) -> None:
+    """EmulationError when ``backend`` would not run the replayed source as it is: an edited source
+    under the slice-reference emulator (which runs the tasks' Python references, not CUDA code),
+    unless the run is the reference for the edit (``reference``)."""
+    if out.edited and backend == "emulated-reference" and not reference:
+        raise EmulationError(
+            f"{out.edited}. The slice-reference emulator runs the saved task graph with the tasks' Python "
+            f"references, not this CUDA source, so it cannot run the edit: replay it with the CUDA bodies "
+            f"(emulate=True, --mpk-backend emulate), on a GPU that runs {arch}, or with compile_only=True"
+        )
+
+
+def open_kernel(kernel_class: Any, plan: ReplayPlan, tensors: dict[str, torch.Tensor], overrides: dict[str, Any]) -> Any:
+    """A ``kernel_class`` (PersistentKernel) for ``plan``, its tensors bound and attached; params
+    errors name the signature file."""
+    out = plan.output
+    signature = out.directory / f"signature_rank{out.signature.rank}.json"
+    try:
+        pk = kernel_class(**init_params(plan, overrides))  # checks the saved init parameters too
+    except (ConfigError, MemoryBudgetError) as e:
+        raise type(e)(f"{signature}: params: {e}") from None
+    check_kernel(out, pk.arch, pk.params.num_workers)
+    for name, t in bind(out, tensors, pk.device).items():
+        pk.attach_input(t, name)
+    return pk

@@ -13,14 +13,11 @@ import torch
 from ..build import artifacts, replay
 from ..build.cache import BuildResult, build_module
 from ..codegen import dispatcher
-from ..errors import ConfigError, EmulationError, MemoryBudgetError, StateError
+from ..errors import StateError
 from ..graph import CompiledGraph, DTensor, TaskGraph
 from ..run import gpu
-from ..run.device_graph import LaunchConfig
-from ..run.emulator import EmulatedKernel
 from ..run.launcher import Module
-from ..run.lifecycle import GpuKernel
-from ..run.multirank import RankEmulatedKernel
+from ..run.start import RunInputs, Runner, start_runner
 from ..tasks.spec import TaskSpec
 from . import comm, meta, params
 from .layers import add_layer, bind_layer_methods
@@ -42,21 +39,22 @@ class PersistentKernel:
         self._p = p
         if p.world_size > 1 and not (p.compile_only or p.emulate):
             gpu.select_rank_device(p.mpi_rank)
-        self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or p.emulate)
+        self.device, self._arch = gpu.device_and_arch(p.target_cc, on_cpu=p.compile_only or bool(p.emulate))
         self.meta_tensors: dict[str, torch.Tensor] = meta.build(p, self.device)
         # The launch state (initial steps, page order) as given now: launches change the tensors.
         self._batch = meta.batch_config(p, self.meta_tensors)
         self._profiler = params.check_profiler_tensor(p, self.device)
         self._graph = TaskGraph()
         self._compiled: CompiledGraph | None = None
-        self._runner: GpuKernel | EmulatedKernel | RankEmulatedKernel | None = None  # where launches run
+        self._runner: Runner | None = None  # where launches run
         self._profile_pending = False  # a profiled launch whose trace synchronize() will write
         self._replay: artifacts.CompileOutput | None = None  # what from_artifacts read
         self._replay_reference = False  # from_artifacts(reference=True)
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
         self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
-        self.build_result: BuildResult | None = None
+        self.build_result: BuildResult | None = None  # the nvcc build
+        self.host_build_result: BuildResult | None = None  # the host build (emulate=True)
 
     @classmethod
     def from_artifacts(
@@ -73,19 +71,12 @@ class PersistentKernel:
         from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
         its signature by name (intermediates may be left out). ``overrides`` change init parameters.
 
-        The CPU emulator (``emulate=True``) runs the task graph with the tasks' Python references,
-        never the source: compile() refuses an edited source with an EmulationError, unless
-        ``reference=True`` says that the run is a reference for the edit (a replay's golden)."""
+        The emulator runs the edited source too (``emulate=True``: the CUDA bodies on the CPU); its
+        slice-reference mode (``emulate="reference"``) cannot, and compile() refuses an edited source
+        there with an EmulationError, unless ``reference=True`` says that the run is the reference
+        for the edit (a replay's golden)."""
         plan = replay.plan(output_dir, rank)
-        signature = artifacts.paths(output_dir, rank)["signature"]
-        try:
-            params.parse({**plan.init_params, "target_cc": plan.target_cc, "compile_only": True})
-            pk = cls(**replay.init_params(plan, overrides))
-        except (ConfigError, MemoryBudgetError) as e:
-            raise type(e)(f"{signature}: params: {e}") from None
-        replay.check_kernel(plan.output, pk.arch, pk.params.num_workers)
-        for name, t in replay.bind(plan.output, tensors, pk.device).items():
-            pk.attach_input(t, name)
+        pk = replay.open_kernel(cls, plan, tensors, overrides)
         pk._replay = plan.output
         pk._replay_reference = reference
         return pk
@@ -124,10 +115,18 @@ class PersistentKernel:
 
     @property
     def backend(self) -> str:
-        """Where launches run: "gpu", "emulated" (the CPU emulator) or "compile-only" (nowhere)."""
+        """Where launches run: "gpu", "emulated" (the CUDA task bodies on the CPU emulator),
+        "emulated-reference" (the emulator with each task's PyTorch slice reference) or
+        "compile-only" (nowhere)."""
         if self._p.emulate:
-            return "emulated"
+            return "emulated" if self._p.emulate is True else "emulated-reference"
         return "compile-only" if self._p.compile_only else "gpu"
+
+    @property
+    def runs_source(self) -> bool:
+        """Whether a launch runs the compiled source (test_rank{r}.cu, edited or not): on the GPU or
+        as CUDA bodies on the CPU, but not with slice references, and not compile-only."""
+        return self.backend in ("gpu", "emulated")
 
     @property
     def compiled_graph(self) -> CompiledGraph:
@@ -187,12 +186,7 @@ class PersistentKernel:
         p = self._p
         self._graph.check_unchanged("compile()")
         if self._replay is not None:
-            if self._replay.edited and self.backend == "emulated" and not self._replay_reference:
-                raise EmulationError(
-                    f"{self._replay.edited}. The CPU emulator runs the saved task graph with the tasks' Python "
-                    f"references, not this CUDA source, so it cannot run the edit: replay it on a GPU that runs "
-                    f"{self.arch}, or with compile_only=True to check that it builds"
-                )
+            replay.check_runnable(self._replay, self.backend, self._replay_reference, self.arch)
             source, graph, signature = self._replay.source, self._replay.graph, self._replay.signature
         else:
             source, graph, signature = lower(self._graph, p, self.arch)
@@ -201,27 +195,12 @@ class PersistentKernel:
         if output_dir is not None:
             overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
             self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-        batch = self._batch
         heap = comm.bind(self._graph, graph, p, self.backend, module, self.device)
+        inputs = RunInputs(
+            module, source, graph, self._tensors(), self.meta_tensors, self._batch, self.device, self.arch, self.block_dim[0]
+        )
         try:
-            if self.backend == "gpu":
-                launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
-                self._runner = GpuKernel(
-                    module,
-                    graph,
-                    self._tensors(),
-                    self.meta_tensors,
-                    launch,
-                    batch,
-                    self.device,
-                    self.block_dim[0],
-                    self._profiler,
-                    heap,
-                )
-            elif self.backend == "emulated" and p.world_size > 1:
-                self._runner = RankEmulatedKernel(graph, self._tensors(), self.meta_tensors, batch, p.mpi_rank, p.world_size)
-            elif self.backend == "emulated":
-                self._runner = EmulatedKernel(graph, self._tensors(), self.meta_tensors, batch)
+            self._runner, self.host_build_result = start_runner(self.backend, inputs, p, self._profiler, heap)
         except BaseException:
             if heap is not None:
                 heap.close(synchronize=False)

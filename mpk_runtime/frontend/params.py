@@ -37,7 +37,10 @@ OPTIONAL: dict[str, Any] = {
     "test_mode": False,
     "target_cc": None,  # None: the GPU's own target
     "compile_only": False,
-    "emulate": False,  # run on the CPU emulator (nvcc still builds the module for target_cc)
+    # Run on the CPU emulator (nvcc still builds the module for target_cc): True, the CUDA task bodies
+    # built for the host; "reference", each task's PyTorch slice reference instead (quick, no CUDA).
+    "emulate": False,
+    "emulate_check": False,  # emulate=True only: race checking and slice bounds on every access (slower)
     "watchdog_timeout": 5.0,  # seconds without progress before the device watchdog stops a launch
     "placement": "locality",
     "comm_timeout": 120.0,  # seconds compile() and finalize() wait for the other ranks' messages
@@ -63,7 +66,8 @@ class KernelParams:
     test_mode: bool
     target_cc: int | None
     compile_only: bool
-    emulate: bool
+    emulate: bool | str  # False, True (CUDA bodies on the CPU) or "reference" (slice references)
+    emulate_check: bool
     watchdog_timeout: float
     placement: str
     comm_timeout: float
@@ -116,15 +120,24 @@ def parse(params: dict[str, Any]) -> KernelParams:
         raise ConfigError(f"mpi_rank={rank!r} must be in [0, world_size={p['world_size']})")
     if not isinstance(p["eos_token_id"], int) or isinstance(p["eos_token_id"], bool):
         raise ConfigError(f"eos_token_id={p['eos_token_id']!r} must be an integer (-1: no end-of-sequence token)")
-    for name in ("test_mode", "compile_only", "emulate"):
+    for name in ("test_mode", "compile_only", "emulate_check"):
         if not isinstance(p[name], bool):
             raise ConfigError(f"{name}={p[name]!r} must be True or False")
+    if not isinstance(p["emulate"], bool) and p["emulate"] != "reference":
+        raise ConfigError(
+            f'emulate={p["emulate"]!r} must be True (the CUDA task bodies on the CPU), "reference" (each task\'s '
+            f"PyTorch slice reference) or False (the GPU)"
+        )
+    if p["emulate_check"] and p["emulate"] is not True:
+        raise ConfigError(
+            f"emulate_check=True checks the CUDA task bodies on the CPU; it needs emulate=True, not emulate={p['emulate']!r}"
+        )
     tc = p["target_cc"]
     if tc is not None and (not isinstance(tc, int) or isinstance(tc, bool) or tc not in TARGET_CCS):
         raise ConfigError(f"target_cc={p['target_cc']!r} must be one of {TARGET_CCS} (or None for the GPU's own)")
     for name in ("compile_only", "emulate"):
         if p[name] and p["target_cc"] is None:
-            raise ConfigError(f"{name}=True needs an explicit target_cc ({TARGET_CCS_TEXT}): there is no GPU to ask")
+            raise ConfigError(f"{name}={p[name]!r} needs an explicit target_cc ({TARGET_CCS_TEXT}): there is no GPU to ask")
     if p["compile_only"] and p["emulate"]:
         raise ConfigError("compile_only=True builds without running and emulate=True runs on the CPU; choose one")
     t = p["watchdog_timeout"]
@@ -160,6 +173,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         target_cc=p["target_cc"],
         compile_only=p["compile_only"],
         emulate=p["emulate"],
+        emulate_check=p["emulate_check"],
         watchdog_timeout=float(t),
         placement=p["placement"],
         comm_timeout=float(ct),

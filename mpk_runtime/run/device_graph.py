@@ -29,6 +29,25 @@ class LaunchConfig:
     watchdog_timeout: float  # seconds
 
 
+def batch_state(batch: BatchConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    """The scratch of prepare_next_batch (MpkBatchState's arrays), zeroed, by field name; the host
+    emulator runs the device's planner on the same layout (run/host_batching.py)."""
+    requests = batch.total_num_requests
+    sizes = {
+        "running": batch.max_num_batched_requests,
+        "batch": batch.max_num_batched_requests,
+        "request_pages": requests * batch.max_pages_per_request,
+        "request_num_pages": requests,
+        "page_queue": batch.max_num_pages,
+        "counters": abi.BATCH_NUM_COUNTERS,
+    }
+    state = {name: torch.zeros(n, dtype=torch.int32, device=device) for name, n in sizes.items()}
+    # The launch's starting point, read by the first prepare_next_batch: steps already cached, page order.
+    state["initial_step"] = torch.tensor(batch.steps_at_launch, dtype=torch.int32).to(device)
+    state["page_order"] = torch.tensor(batch.pages_at_launch, dtype=torch.int32).to(device)
+    return state
+
+
 class DeviceGraph:
     def __init__(
         self,
@@ -70,17 +89,7 @@ class DeviceGraph:
         )
         self.control = torch.zeros(ctypes.sizeof(abi.MpkControl) // 8, dtype=torch.int64, device=device)
 
-        requests = batch.total_num_requests
-        self.state = {
-            "running": torch.zeros(batch.max_num_batched_requests, dtype=torch.int32, device=device),
-            "batch": torch.zeros(batch.max_num_batched_requests, dtype=torch.int32, device=device),
-            "request_pages": torch.zeros(requests * batch.max_pages_per_request, dtype=torch.int32, device=device),
-            "request_num_pages": torch.zeros(requests, dtype=torch.int32, device=device),
-            "page_queue": torch.zeros(batch.max_num_pages, dtype=torch.int32, device=device),
-            "counters": torch.zeros(abi.BATCH_NUM_COUNTERS, dtype=torch.int32, device=device),
-            "initial_step": dev(batch.steps_at_launch, torch.int32),
-            "page_order": dev(batch.pages_at_launch, torch.int32),
-        }
+        self.state = batch_state(batch, device)
         self.keep_alive = (tensors, meta, profiler)  # the kernel holds their pointers
         self.params = abi.MpkKernelParams(
             tasks=self.tasks.data_ptr(),

@@ -23,7 +23,8 @@ from ..graph.compiled import CompiledGraph, TaskInfo
 from ..tasks import registry
 from ..tasks.spec import EmulationContext, TaskFailure
 from . import batching, diagnostics
-from .emulator import EmulatedRun, _view
+from .emulated_tasks import slice_view
+from .emulator import EmulatedRun
 
 
 class RankEmulatedKernel:
@@ -111,7 +112,9 @@ class _Rank:
     def views(self, t: TaskInfo) -> dict[str, torch.Tensor]:
         layer, spec = self.k.graph.layers[t.layer], self.specs[t.layer]
         names = layer.input_names + layer.output_names
-        return {n: _view(self.k.tensors, s, spec.token_dims.get(n), self.active) for n, s in zip(names, t.inputs + t.outputs)}
+        return {
+            n: slice_view(self.k.tensors, s, spec.token_dims.get(n), self.active) for n, s in zip(names, t.inputs + t.outputs)
+        }
 
 
 class _Iteration:

@@ -25,7 +25,7 @@ BUILTIN_OF = {
     "KernelError": RuntimeError,
     "WatchdogError": RuntimeError,
     "MemoryBudgetError": MemoryError,
-    "EmulationError": NotImplementedError,
+    "EmulationError": RuntimeError,
 }
 
 

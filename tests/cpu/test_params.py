@@ -122,11 +122,31 @@ def test_eos_token_id_must_be_an_int(eos):
         parse(eos_token_id=eos)
 
 
-@pytest.mark.parametrize("name", ["test_mode", "compile_only", "emulate"])
+@pytest.mark.parametrize("name", ["test_mode", "compile_only", "emulate_check"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_flags_must_be_bools(name, value):
     with pytest.raises(ConfigError, match=rf"{name}={value!r} must be True or False"):
         parse(**{name: value})
+
+
+@pytest.mark.parametrize("value", [1, "yes", "references", None])
+def test_emulate_is_a_bool_or_reference(value):
+    with pytest.raises(ConfigError, match=rf'emulate={value!r} must be True \(the CUDA task bodies on the CPU\), "reference"'):
+        parse(emulate=value, target_cc=90)
+
+
+@pytest.mark.parametrize("value", [True, "reference"])
+def test_emulate_choices(value):
+    assert parse(emulate=value, target_cc=90).emulate == value
+
+
+@pytest.mark.parametrize("emulate", [False, "reference"])
+def test_emulate_check_needs_the_cuda_bodies(emulate):
+    with pytest.raises(
+        ConfigError,
+        match=rf"emulate_check=True checks the CUDA task bodies on the CPU; it needs emulate=True, not emulate={emulate!r}",
+    ):
+        parse(emulate=emulate, emulate_check=True, target_cc=90)
 
 
 @pytest.mark.parametrize("cc", [70, 89, 120, "sm90", True])

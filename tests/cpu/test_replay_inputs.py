@@ -227,15 +227,18 @@ def tensors_of(saved: Path) -> dict[str, torch.Tensor]:
     return {t.name: torch.zeros(t.shape, dtype=mpk.harness.torch_dtype(t.dtype)) for t in sig.tensors}
 
 
-def test_an_edited_source_is_not_emulated(saved):
+def test_an_edited_source_is_not_run_by_the_slice_references(saved):
     source = saved / "test_rank0.cu"
     source.write_text(source.read_text().replace("case 0:", "case 0:  // edited"))
     assert replay.plan(saved, 0).output.edited.endswith("they differ from line 25 on")
-    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate=True)
+    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate="reference")
     with pytest.raises(
-        EmulationError, match=r"test_rank0\.cu is not the source its task graph generates .*The CPU emulator runs"
+        EmulationError, match=r"test_rank0\.cu is not the source its task graph generates .*The slice-reference emulator runs"
     ):
         pk.compile()
+    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate=True)  # the CUDA bodies: the edit runs
+    pk.compile()
+    pk.finalize()
 
 
 def test_params_of_the_signature_are_checked_as_the_kernel_checks_them(saved):

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from mpk_runtime.codegen import abi
-from mpk_runtime.run import host_emulation
+from mpk_runtime.run import host_runner
 
 HERE = Path(__file__).resolve().parent
 FAULTY = HERE / "faulty.cuh"
@@ -40,6 +40,13 @@ KERNELS = [
     "racy_block_reduce",
     "misaligned_vector",
     "traps",
+    "cp_async_early_read",
+    "mma_half_warp",
+    "read_past_end",
+    "write_past_slice",
+    "wild_read",
+    "divides_by_zero",
+    "overflows_its_stack",
 ]
 
 
@@ -70,11 +77,11 @@ __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &t
 class Kernels:
     """The test kernels, built for the host."""
 
-    module: host_emulation.HostModule
+    module: host_runner.HostModule
 
-    def run(self, name: str, *outputs: torch.Tensor, task_id: int = 5, **options) -> host_emulation.TaskRun:
+    def run(self, name: str, *outputs: torch.Tensor, task_id: int = 5, **options) -> host_runner.TaskRun:
         """Run test kernel ``name`` with ``outputs`` as its output slices; ``options`` go to run_task."""
-        desc = host_emulation.task_desc(KERNELS.index(name), [], [t.data_ptr() for t in outputs], task_id=task_id)
+        desc = host_runner.task_desc(KERNELS.index(name), [], [t.data_ptr() for t in outputs], task_id=task_id)
         return self.module.run_task(KERNELS.index(name), desc, abi.MpkMeta(), abi.MpkBatchConfig(), **options)
 
 

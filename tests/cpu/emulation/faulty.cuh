@@ -3,8 +3,10 @@
 #pragma once
 #include <stdint.h>
 
-#include "runtime/task_api.cuh"
 #include "primitives/block.cuh"
+#include "primitives/cp_async.cuh"
+#include "primitives/mma.cuh"
+#include "runtime/task_api.cuh"
 
 namespace mpk {
 namespace test {
@@ -82,7 +84,8 @@ __device__ void mask_without_caller(TaskDesc const &task, Runtime const &) {
 // Lanes 0-15 read lanes 16-31, which are not in their mask.
 __device__ void source_outside_mask(TaskDesc const &task, Runtime const &) {
   int const lane = threadIdx.x % 32;
-  if (lane < 16) task.output<uint32_t>(0)[threadIdx.x] = __shfl_sync(0x0000ffffu, lane, lane + 16);  // @source-outside-mask
+  if (lane < 16)
+    task.output<uint32_t>(0)[threadIdx.x] = __shfl_sync(0x0000ffffu, lane, lane + 16);  // @source-outside-mask
 }
 
 // Thread 0 spins on a flag that thread 1 sets only after a barrier thread 0 never reaches.
@@ -96,7 +99,8 @@ __device__ void spin_forever(TaskDesc const &, Runtime const &) {
 
 // Reads dynamic shared memory before anyone wrote it (on the device: what an earlier task left).
 __device__ void reads_unwritten(TaskDesc const &task, Runtime const &) {
-  task.output<uint32_t>(0)[threadIdx.x] = reinterpret_cast<uint32_t const *>(dynamic_smem)[threadIdx.x];  // @reads-unwritten
+  task.output<uint32_t>(0)[threadIdx.x] =
+      reinterpret_cast<uint32_t const *>(dynamic_smem)[threadIdx.x];  // @reads-unwritten
 }
 
 // Writes dynamic shared memory past the 64 bytes its test gives it.
@@ -134,6 +138,62 @@ __device__ void misaligned_vector(TaskDesc const &task, Runtime const &) {
 
 __device__ void traps(TaskDesc const &, Runtime const &) {
   if (threadIdx.x == 9) __trap();  // @traps
+}
+
+// Reads the destination of its own cp.async before waiting for it: on the device, whatever was there.
+__device__ void cp_async_early_read(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  uint32_t *s = reinterpret_cast<uint32_t *>(dynamic_smem);
+  int const t = threadIdx.x;
+  cp_async_16(s + 4 * t, out + 4 * kWorkerThreads + 4 * t);  // @cp-async-issue
+  cp_async_commit();
+  out[t] = s[4 * t];  // @cp-async-early-read
+  cp_async_wait_all();
+}
+
+// Lanes 16-31 of warp 0 leave before the warp's mma.
+__device__ void mma_half_warp(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x >= 16 && threadIdx.x < 32) return;
+  float c[4] = {};
+  if (threadIdx.x < 32) mma_m16n8k16<__nv_bfloat16>(c, 0, 0, 0, 0, 0, 0);  // @mma-half-warp
+  task.output<float>(0)[threadIdx.x] = c[0];
+}
+
+// Thread 0 reads a word one past the end of its output (the caller gives it 128 words).
+__device__ void read_past_end(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  if (threadIdx.x == 0) out[0] = out[kWorkerThreads];  // @read-past-end
+}
+
+// Thread 0 writes one word past its output slice (the caller allows the first 128 words).
+__device__ void write_past_slice(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  out[threadIdx.x] = threadIdx.x;
+  if (threadIdx.x == 0) out[kWorkerThreads] = 1;  // @write-past-slice
+}
+
+// Thread 3 reads through a pointer that points nowhere.
+__device__ void wild_read(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  if (threadIdx.x == 3)
+    out[1] = *reinterpret_cast<uint32_t const *>(static_cast<uintptr_t>(out[0]) << 12);  // @wild-read
+}
+
+// Thread 2 divides by a zero it read (x86 traps, the device gives an undefined value).
+__device__ void divides_by_zero(TaskDesc const &task, Runtime const &) {
+  uint32_t *out = task.output<uint32_t>(0);
+  if (threadIdx.x == 2) out[1] = 7u / out[0];  // @divides-by-zero
+}
+
+__device__ int deep(int n) {
+  volatile char pad[1024];
+  pad[0] = static_cast<char>(n);
+  return n ? deep(n - 1) + pad[0] : 0;  // @deep
+}
+
+// Thread 5 recurses through 1 MB of stack.
+__device__ void overflows_its_stack(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x == 5) task.output<uint32_t>(0)[0] = deep(1000);
 }
 
 }  // namespace test

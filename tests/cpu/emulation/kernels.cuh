@@ -4,8 +4,8 @@
 #pragma once
 #include <stdint.h>
 
-#include "runtime/task_api.cuh"
 #include "primitives/block.cuh"
+#include "runtime/task_api.cuh"
 
 namespace mpk {
 namespace test {

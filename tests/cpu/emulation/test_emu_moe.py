@@ -14,7 +14,7 @@ from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.graph.variants import Variant
 from mpk_runtime.harness import find_reference as find
 from mpk_runtime.resources import CSRC
-from mpk_runtime.run import host_emulation
+from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
 
 if not all("MPK_HOST_EMULATION" in (CSRC / "primitives" / f).read_text() for f in ("mma.cuh", "loads.cuh")):
@@ -38,14 +38,14 @@ VARIANTS = [
 def run(request):
     """run(variant, inputs(j), outputs(j), scalars, tasks, active): every task j of a layer, shuffled thread order."""
     variants = [Variant(i, registry.get(name), args) for i, (name, args) in enumerate(VARIANTS)]
-    module = host_emulation.load(codegen.generate(variants, ARCH), ARCH, "moe_bodies", race_check=request.param)
+    module = host_runner.load(codegen.generate(variants, ARCH), ARCH, "moe_bodies", race_check=request.param)
 
     def go(v, inputs, outputs, scalars, tasks=1, active=B, ok=True):
         num_new_tokens = torch.tensor([active], dtype=torch.int32)
         meta, batch = abi.MpkMeta(num_new_tokens=num_new_tokens.data_ptr()), abi.MpkBatchConfig(max_num_batched_tokens=B)
         for j in range(tasks):
             ins, outs = inputs(j), outputs(j)
-            desc = host_emulation.task_desc(
+            desc = host_runner.task_desc(
                 v, [t.data_ptr() for t in ins], [t.data_ptr() for t in outs], scalars, task_id=j, grid_idx=(j, 0, 0)
             )
             result = module.run_task(v, desc, meta, batch, order="shuffled", seed=j)

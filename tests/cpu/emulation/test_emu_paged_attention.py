@@ -2,55 +2,34 @@
 task by task on the CPU against the reference: prefill, decode with history, chunks, split keys
 merged through the workspace counter, split tokens, shuffled page tables, sm80 and sm90 thread
 counts; and a race-checking build of it.
-
-Until csrc/primitives has host versions of mma, cp.async and the 16-byte loads (issue 16), the
-body is built against a copy of csrc/ with the test stand-ins of stand_ins/ in their place; once
-the primitives carry their own (an MPK_HOST_EMULATION branch), the test uses them as they are.
+The primitives it uses (mma, cp.async, the 16-byte loads) run their host versions
+(csrc/primitives, MPK_HOST_EMULATION).
 """
 
 from __future__ import annotations
 
 import random
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
-from mpk_runtime import harness, resources
+from mpk_runtime import harness
 from mpk_runtime.codegen import abi
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.frontend import meta as fmeta
 from mpk_runtime.frontend import params as fparams
 from mpk_runtime.graph.variants import Variant
-from mpk_runtime.run import host_emulation
+from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
 from mpk_runtime.tasks.paged_attention import workspace_floats
 
-STAND_INS = Path(__file__).resolve().parent / "stand_ins"
-PRIMITIVES = ("mma.cuh", "cp_async.cuh", "loads.cuh")
 ref = harness.find_reference("paged_attention_batch", layer="paged_attention")
 rope_tables = harness.find_reference("rope_tables", layer="paged_attention")
 
 
-@pytest.fixture(scope="module")
-def csrc_for_host(tmp_path_factory) -> Path:
-    """csrc/ as the host build sees it: the repository's, or a copy with the stand-ins."""
-    if all("MPK_HOST_EMULATION" in (resources.CSRC / "primitives" / f).read_text() for f in PRIMITIVES):
-        return resources.CSRC
-    root = tmp_path_factory.mktemp("csrc") / "csrc"
-    shutil.copytree(resources.CSRC, root)
-    for f in PRIMITIVES:
-        shutil.copy(STAND_INS / f, root / "primitives" / f)
-    return root
-
-
-def load(csrc: Path, monkeypatch, targs: list, arch: str, race: bool) -> host_emulation.HostModule:
+def load(targs: list, arch: str, race: bool) -> host_runner.HostModule:
     source = codegen.generate([Variant(0, registry.get("paged_attention"), targs)], arch)
-    with monkeypatch.context() as m:
-        m.setattr(resources, "CSRC", csrc)
-        m.setattr(host_emulation, "EMULATION", csrc / "emulation")
-        return host_emulation.load(source, arch, "paged_attention_host", race_check=race)
+    return host_runner.load(source, arch, "paged_attention_host", race_check=race)
 
 
 def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, shuffle=False, seed=0, race=False):
@@ -95,7 +74,7 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
     for i, (a, b, c) in enumerate(tasks):
         ins = [x.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(), cos.data_ptr(), sin.data_ptr()]
         outs = [k_cache.data_ptr() + b * d * e, v_cache.data_ptr() + b * d * e, out.data_ptr() + b * group * d * e]
-        desc = host_emulation.task_desc(
+        desc = host_runner.task_desc(
             0, ins + ([ws.data_ptr()] if splits > 1 else []), outs, [{"f": 1e-6}], task_id=i, grid_idx=(a, b, c)
         )
         run = module.run_task(0, desc, meta_struct, batch_struct, order="shuffled", seed=seed + i, race_check=race)
@@ -121,9 +100,9 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_body_on_the_host(name, csrc_for_host, monkeypatch):
+def test_body_on_the_host(name):
     arch, d, group, kv_heads, splits, page_size, requests, shuffle = CONFIGS[name]
-    module = load(csrc_for_host, monkeypatch, ["__nv_bfloat16", d, group, kv_heads, splits], arch, race=False)
+    module = load(["__nv_bfloat16", d, group, kv_heads, splits], arch, race=False)
     check(
         *run_layer(
             module, requests, head_dim=d, group=group, kv_heads=kv_heads, splits=splits, page_size=page_size, shuffle=shuffle
@@ -131,8 +110,8 @@ def test_body_on_the_host(name, csrc_for_host, monkeypatch):
     )
 
 
-def test_no_race_in_the_body(csrc_for_host, monkeypatch):
+def test_no_race_in_the_body():
     """Decode with split keys and a prefill split by tokens, every task's threads interleaved at
     random: the race checker finds nothing (shared memory tiles, the merge scratch)."""
-    module = load(csrc_for_host, monkeypatch, ["__nv_bfloat16", 64, 4, 1, 2], "sm80", race=True)
+    module = load(["__nv_bfloat16", 64, 4, 1, 2], "sm80", race=True)
     check(*run_layer(module, ((1, 40), (20, 4)), head_dim=64, group=4, kv_heads=1, splits=2, page_size=16, race=True))

@@ -13,7 +13,7 @@ import torch
 from mpk_runtime.codegen import abi
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.graph.variants import Variant
-from mpk_runtime.run import host_emulation
+from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
 
 ARCH = "sm90"  # 256 threads
@@ -33,11 +33,11 @@ def reference(layer: str):
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "race_check"])
-def tasks(request) -> host_emulation.HostModule:
+def tasks(request) -> host_runner.HostModule:
     """The generated dispatcher of VARIANTS, built for the host (plain, and race-checking)."""
     variants = [Variant(i, registry.get(name), args) for i, (name, args) in enumerate(VARIANTS)]
     source = codegen.generate(variants, ARCH)
-    return host_emulation.load(source, ARCH, codegen.module_name(variants), race_check=request.param)
+    return host_runner.load(source, ARCH, codegen.module_name(variants), race_check=request.param)
 
 
 def meta_batch(max_tokens: int = 1, active: int = 1) -> tuple[abi.MpkMeta, abi.MpkBatchConfig, torch.Tensor]:
@@ -48,7 +48,7 @@ def meta_batch(max_tokens: int = 1, active: int = 1) -> tuple[abi.MpkMeta, abi.M
 
 def run_rmsnorm(tasks, variant, x, w, y, max_tokens=1, active=1):
     meta, batch, keep = meta_batch(max_tokens, active)
-    desc = host_emulation.task_desc(
+    desc = host_runner.task_desc(
         variant,
         [x.data_ptr(), w.data_ptr()],
         [y.data_ptr()],
@@ -92,7 +92,7 @@ def test_silu_mul_two_tasks(tasks):
     y = torch.full((4, 512), float("nan"), dtype=torch.bfloat16)
     meta, batch, keep = meta_batch()
     for g in range(2):
-        desc = host_emulation.task_desc(
+        desc = host_runner.task_desc(
             2,
             [x[:, 512 * g :].data_ptr()],
             [y[:, 256 * g :].data_ptr()],

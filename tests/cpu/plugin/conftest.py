@@ -2,9 +2,10 @@
 
 Each test writes scene files with ``pytester`` and runs pytest on them: in process where it can
 (fast), in a subprocess where a clean process matters (xdist, ``python test_x.py``). Every case
-here runs for real: nvcc builds the module for the arch and the CPU emulator runs the task graph.
-Builds are shared through the build cache (``MPK_CACHE_DIR``, set for all of tests/cpu by its
-conftest and inherited by every inner run, and kept between runs), so the scenes stick to a few small graphs:
+here runs for real: nvcc builds the module for the arch, g++ builds it for the host, and the CPU
+emulator runs the task graph with the CUDA task bodies.
+Builds are shared through the session's compile cache (``MPK_CACHE_DIR``, set for all of tests/cpu
+by its conftest, inherited by every inner run, and kept between runs), so the scenes stick to a few small graphs:
 ``NormScene`` with batch 2 and hidden 256, and ``ProbeScene`` with rows of 4 int32, whose build does
 not depend on the batch.
 """

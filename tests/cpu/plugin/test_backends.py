@@ -32,22 +32,45 @@ def test_without_a_gpu_cases_are_emulated(pytester: pytest.Pytester, scenes, arg
     result.assert_outcomes(passed=2, failed=1, skipped=1)
     result.stdout.fnmatch_lines(
         [
-            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-            "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
             "test_scene.py::TestNorm::other_arch[[]sm90[]] SKIPPED*",
             "test_scene.py::test_plain PASSED*",
-            "backend: emulated+compiled (sm90)",
-            "*- mpk backends: 2 emulated+compiled -*",
+            "backend: emulated (CUDA bodies on the CPU) (sm90)",
+            "*- mpk backends: 2 emulated (CUDA bodies on the CPU) -*",
         ]
     )
     result.stdout.no_fnmatch_line("*test_plain PASSED [[]*")  # a test that ran no kernel has no backend
     result.stdout.no_fnmatch_line("*[[]gpu[]]*")
 
 
+def test_emulate_ref_runs_the_slice_references(pytester: pytest.Pytester, scenes) -> None:
+    """emulate-ref: the emulator computes each task with its PyTorch slice reference (no host build),
+    and says so; with --mpk-emulate-check the CUDA bodies run checked, and the label says that too."""
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-v", "-rA", "--mpk-backend", "emulate-ref", "-k", "not plain")
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated (PyTorch slice references)[]]*",
+            "*- mpk backends: 2 emulated (PyTorch slice references) -*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("host module *")
+    result = pytester.runpytest_inprocess("-v", "-rA", "--mpk-emulate-check", "-k", "good")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU, checked)[]]*",
+            "host module * rmsnorm_fp32_1_256-host-sm90-race-*",
+        ]
+    )
+
+
 def test_quiet_run_still_has_the_summary(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=SCENE)
     result = pytester.runpytest_inprocess("-q", "-k", "good")
-    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated+compiled -*", "1 passed, 3 deselected*"])
+    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*", "1 passed, 3 deselected*"])
 
 
 def test_compile_only_builds_and_runs_nothing(pytester: pytest.Pytester, scenes) -> None:
@@ -78,7 +101,7 @@ def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None
     result = pytester.runpytest_inprocess("-q", "-k", "good")
     result.stdout.fnmatch_lines(["*- mpk backends: 1 compiled -*"])
     result = pytester.runpytest_inprocess("-q", "-k", "good", "--mpk-backend", "emulate")
-    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated+compiled -*"])
+    result.stdout.fnmatch_lines(["*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*"])
 
 
 def test_gpu_backend_without_a_gpu_fails_the_cases(pytester: pytest.Pytester, scenes) -> None:

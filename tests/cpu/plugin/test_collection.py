@@ -89,8 +89,8 @@ def test_each_arch_builds_and_runs_for_itself(pytester: pytest.Pytester, scenes)
     result = pytester.runpytest_inprocess("-v", "--arch", "sm80", "--arch", "sm90", "--mpk-keep-artifacts")
     result.stdout.fnmatch_lines(
         [
-            "test_scene.py::TestNorm::b2[[]sm80[]] PASSED [[]emulated+compiled[]]*",
-            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::b2[[]sm80[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
         ]
     )
     result.assert_outcomes(passed=2)
@@ -132,4 +132,4 @@ def test_manual_case_runs_only_when_picked(pytester: pytest.Pytester, scenes) ->
 
     result = pytester.runpytest_inprocess("-v", "--mpk-case", "TestNorm::big")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["test_scene.py::TestNorm::big[[]sm90[]] PASSED [[]emulated+compiled[]]*"])
+    result.stdout.fnmatch_lines(["test_scene.py::TestNorm::big[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*"])

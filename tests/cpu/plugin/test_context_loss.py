@@ -114,7 +114,7 @@ def test_xdist_replaces_the_worker_and_runs_the_rest(pytester: pytest.Pytester) 
 def test_a_case_not_run_is_not_counted_as_a_gpu_run(pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU case refused because the context was lost earlier says so, and neither its report nor
     the summary claims it ran on the GPU."""
-    monkeypatch.setattr(devices, "backend_for", lambda arch, requested, local: devices.GPU)
+    monkeypatch.setattr(devices, "backend_for", lambda arch, requested, local, check=False: devices.GPU)
     pytester.makeconftest("""
         from pytest_mpk.session import SESSION_KEY
 

@@ -12,7 +12,7 @@ import torch
 
 from mpk_runtime.harness import ARCH_NAMES
 from pytest_mpk import devices
-from pytest_mpk.devices import COMPILED, EMULATED, GPU
+from pytest_mpk.devices import COMPILED, EMULATED, EMULATED_CHECKED, EMULATED_REF, GPU
 
 LOCAL_ARCH = devices.local_arch  # the conftest hides the GPU from the other tests
 
@@ -110,12 +110,25 @@ def test_backend_for_every_combination(arch: str, local: str | None) -> None:
     native = (arch, local) in RUNS_ON
     assert devices.backend_for(arch, "auto", local) == (GPU if native else EMULATED)
     assert devices.backend_for(arch, "emulate", local) == EMULATED
+    assert devices.backend_for(arch, "emulate", local, check=True) == EMULATED_CHECKED
+    assert devices.backend_for(arch, "auto", local, check=True) == (GPU if native else EMULATED_CHECKED)
+    assert devices.backend_for(arch, "emulate-ref", local) == EMULATED_REF
     assert devices.backend_for(arch, "compile-only", local) == COMPILED
     if native:
         assert devices.backend_for(arch, "gpu", local) == GPU
     else:
         with pytest.raises(RuntimeError, match=f"^--mpk-backend gpu cannot run {arch} here "):
             devices.backend_for(arch, "gpu", local)
+
+
+def test_emulated_backends_map_to_the_emulate_parameter() -> None:
+    assert [devices.emulate_param(b) for b in (GPU, EMULATED, EMULATED_CHECKED, EMULATED_REF, COMPILED)] == [
+        False,
+        True,
+        True,
+        "reference",
+        False,
+    ]
 
 
 @pytest.mark.parametrize(

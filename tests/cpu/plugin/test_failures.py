@@ -37,12 +37,13 @@ def test_mismatch_report(pytester: pytest.Pytester, scenes) -> None:
             "    (1, 7): * vs *, 5",
             "    (0, 3): * vs *, 0.5",
             "params: {'batch': 2, 'hidden': 256}",
-            "backend: emulated+compiled (sm90)",
+            "backend: emulated (CUDA bodies on the CPU) (sm90)",
             f"artifacts: {glob.escape(str(pytester.path))}/.mpk-artifacts/test_scene.py_TestNorm_b2_sm90 (inputs.pt, actual.pt, "
             "expected.pt, test_rank0.cu, task_graph_rank0.json, signature_rank0.json)",
             "repro: pytest 'test_scene.py::TestNorm::b2[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
-            "*- mpk backends: 1 emulated+compiled -*",
-            "FAILED [[]emulated+compiled[]] test_scene.py::TestNorm::b2[[]sm90[]]*",  # pytest 9 adds the message
+            "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
+            # (the reason follows where the terminal is wide enough)
+            "FAILED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::b2[[]sm90[]]*",
         ]
     )
     # The report is the whole message: no traceback through the plugin or the runtime.
@@ -147,8 +148,8 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "test_scene.py::TestProbe::exact[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-            "test_scene.py::TestProbe::off_by_one[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+            "test_scene.py::TestProbe::exact[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "test_scene.py::TestProbe::off_by_one[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
             "output 'y' (int32, shape (2, 4)) differs from the golden (rtol=0, atol=0): 4 of 8 elements (50%)",
             "    (1, *): * vs *, 1",
         ]

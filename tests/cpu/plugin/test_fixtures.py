@@ -40,7 +40,10 @@ def test_pk_runs_a_graph_on_this_backend(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["test_pk.py::test_probe[[]sm90[]] PASSED [[]emulated+compiled[]]*", "*- mpk backends: 1 emulated+compiled -*"]
+        [
+            "test_pk.py::test_probe[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
+        ]
     )
 
 

@@ -59,7 +59,9 @@ def test_ranks_run_emulated_in_one_process(pytester: pytest.Pytester, scenes, su
     )
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*TestTwo::b2[[]sm90[]] PASSED [[]emulated+compiled x2[]]*", "*TestFour::b2*x4*"])
+    result.stdout.fnmatch_lines(
+        ["*TestTwo::b2[[]sm90[]] PASSED [[]emulated (PyTorch slice references) x2[]]*", "*TestFour::b2*x4*"]
+    )
 
 
 def test_an_assert_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums) -> None:
@@ -81,7 +83,7 @@ def test_an_assert_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums)
         [
             "rank 1: AssertionError: rank 1 is unhappy*",
             "params: {'batch': 2}",
-            "backend: emulated+compiled (sm90), 2 ranks in one process",
+            "backend: emulated (PyTorch slice references) (sm90), 2 ranks in one process",
         ]
     )
     result.stdout.no_fnmatch_line("rank 0:*")

@@ -22,10 +22,10 @@ def test_directory_replays_with_no_scene(pytester: pytest.Pytester, scenes) -> N
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "saved/signature_rank0.json::replay[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             "*_ replay of " + glob.escape(str(saved)) + " _*",
             "module from the cache: *",
-            "*- mpk backends: 1 emulated+compiled -*",
+            "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
         ]
     )
 
@@ -39,7 +39,7 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated+compiled[]]*",
+            "test_scene.py::TestNorm::b2[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             f"replayed {glob.escape(str(kept))}",
             "module from the cache: *",
         ]
@@ -47,10 +47,9 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     assert sorted(p.name for p in kept.iterdir()) == FILES  # the replayed directory is left as it was
 
 
-def test_edited_source_is_rebuilt_and_never_passed_by_the_emulator(pytester: pytest.Pytester, scenes) -> None:
-    """The emulator runs the saved task graph with the Python references, not the edited CUDA source:
-    where the plugin chose it (no GPU) the case is skipped, where the user asked for it the case fails;
-    compile-only builds the edit."""
+def test_edited_source_is_rebuilt_and_refused_by_the_slice_references(pytester: pytest.Pytester, scenes) -> None:
+    """An edited test_rank0.cu is rebuilt and run (the CUDA bodies on the CPU here); the slice-reference
+    backend, which runs no CUDA code, refuses it; compile-only builds it once."""
     kept = kept_case(pytester)
     source = kept / "test_rank0.cu"
     edit = f"// edited by {uuid.uuid4().hex}\n"  # a source no other test, nor an earlier run, builds
@@ -59,25 +58,47 @@ def test_edited_source_is_rebuilt_and_never_passed_by_the_emulator(pytester: pyt
         f"{glob.escape(str(source))} is not the source its task graph generates (edited by hand, or written by another version"
     )
 
-    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [f"SKIPPED [[]1[]] test_scene.py:*: not run: {edited}*The CPU emulator runs the saved task graph*"]
-    )
-    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "emulate")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"EmulationError: {edited}*: replay it on a GPU that runs sm90, or with compile_only=True*"])
-
-    args = ["--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "compile-only", "-rA"]
-    result = pytester.runpytest_inprocess(*args)
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["replayed *", "module built: *"])
     assert source.read_text().endswith(edit)
 
-    pytester.runpytest_inprocess("-p", "mpk", str(kept)).assert_outcomes(skipped=1)  # no scene: the same refusal
+    args = ["--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "emulate-ref"]
+    result = pytester.runpytest_inprocess(*args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"{edited}*The slice-reference emulator runs*"])
+
     result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-rA", "--mpk-backend", "compile-only")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["module from the cache: *"])  # the edited source, built once
+
+
+@pytest.mark.parametrize(
+    "edit,failure",
+    [
+        # the task call deleted: nothing writes the output, which keeps its poison
+        (("mpk::tasks::rmsnorm<float, 1, 256>(task, rt);", ""), "output 'output' (float32, shape (2, 256)) differs *512 of 512*"),
+        # a constant changed: rows of 255 elements (another mean, and each row's last element unwritten)
+        (("mpk::tasks::rmsnorm<float, 1, 256>", "mpk::tasks::rmsnorm<float, 1, 255>"), "output 'output' * differs *"),
+    ],
+    ids=["call_deleted", "constant_changed"],
+)
+def test_edited_source_runs_on_the_cpu(pytester: pytest.Pytester, scenes, edit, failure) -> None:
+    """Without a GPU the edited test_rank0.cu is built for the host and its bodies run: the edit shows,
+    against the scene's golden and, with no scene, against the slice references."""
+    kept = kept_case(pytester)
+    source = kept / "test_rank0.cu"
+    old, new = edit
+    assert source.read_text().count(old) == 1
+    source.write_text(source.read_text().replace(old, new))
+
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([failure, "backend: emulated (CUDA bodies on the CPU) (sm90)"])
+
+    result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-v")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*signature_rank0.json::replay[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*"])
 
 
 def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytester, scenes) -> None:

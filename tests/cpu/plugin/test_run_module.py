@@ -30,8 +30,8 @@ if __name__ == "__main__":
             "good",
             0,
             [
-                "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated+compiled[]]*",
-                "*- mpk backends: 1 emulated+compiled -*",
+                "test_scene.py::TestNorm::good[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+                "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
                 "*1 passed, 1 deselected*",
             ],
         ),
@@ -39,7 +39,7 @@ if __name__ == "__main__":
             "bad",
             1,
             [
-                "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated+compiled[]]*",
+                "test_scene.py::TestNorm::bad[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
                 "output 'output' (float32, shape (2, 256)) differs from the golden*",
                 "repro: pytest 'test_scene.py::TestNorm::bad[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
                 "*1 failed, 1 deselected*",

@@ -140,7 +140,8 @@ def test_an_argument_that_is_not_a_tensor(pytester: pytest.Pytester, scenes) -> 
         ("mpk_arch=sm75", "ini option mpk_arch = 'sm75': expected one of sm80, sm90, sm100, auto, got 'sm75' (as --arch)"),
         (
             "mpk_backend=fast",
-            "ini option mpk_backend = 'fast': expected one of auto, gpu, emulate, compile-only, got 'fast' (as --mpk-backend)",
+            "ini option mpk_backend = 'fast': expected one of auto, gpu, emulate, emulate-ref, compile-only, "
+            "got 'fast' (as --mpk-backend)",
         ),
     ],
 )

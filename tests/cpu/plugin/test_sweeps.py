@@ -35,7 +35,10 @@ def test_sweep_passes_when_every_example_does(pytester: pytest.Pytester, scenes)
     result = pytester.runpytest_inprocess("-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["test_scene.py::TestProbe::sweep[[]sm90[]] PASSED [[]emulated+compiled[]]*", "*- mpk backends: 1 emulated+compiled -*"]
+        [
+            "test_scene.py::TestProbe::sweep[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "*- mpk backends: 1 emulated (CUDA bodies on the CPU) -*",
+        ]
     )
 
 
@@ -51,7 +54,7 @@ def test_failing_sweep_shrinks_to_the_minimal_params(pytester: pytest.Pytester, 
             "*_ TestProbe::sweep[[]sm90[]] _*",
             "output 'y' (int32, shape (3, 4)) differs from the golden (rtol=0, atol=0): 12 of 12 elements (100%)",
             "params: {'batch': 3}",
-            "backend: emulated+compiled (sm90)",
+            "backend: emulated (CUDA bodies on the CPU) (sm90)",
             "artifacts: */.mpk-artifacts/test_scene.py_TestProbe_sweep_sm90 (*",
             "repro: pytest 'test_scene.py::TestProbe::sweep[[]sm90[]]' -p mpk --arch sm90 --mpk-backend auto",
         ]

@@ -31,9 +31,9 @@ def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: p
         "-p", "mpk", "-n", "2", "-v", "--arch", "sm90", "--mpk-backend", "emulate", timeout=300
     )
     result.assert_outcomes(passed=7)
-    result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED [[]emulated+compiled[]] test_scene.py::TestNorm::*"])
-    result.stdout.fnmatch_lines(["*[[]gw1[]]*PASSED [[]emulated+compiled[]] test_scene.py::TestNorm::*"])
-    result.stdout.fnmatch_lines(["*- mpk backends: 6 emulated+compiled -*"])
+    result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
+    result.stdout.fnmatch_lines(["*[[]gw1[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
+    result.stdout.fnmatch_lines(["*- mpk backends: 6 emulated (CUDA bodies on the CPU) -*"])
 
 
 @pytest.mark.parametrize(("visible", "workers"), [("0,1,2", 3), ("5", 1), ("", None), ("-1", None)])

@@ -1,0 +1,180 @@
+"""Host builds: a generated dispatcher compiled with g++ for the CPU emulator instead of nvcc.
+
+The same source nvcc builds (``codegen.generate``, or a replay's saved ``test_rank0.cu``) is compiled
+with ``-DMPK_HOST_EMULATION`` and the CUDA shim forced in (``csrc/emulation/cuda_shim.h``), so
+``runtime/persistent_kernel.cuh`` includes the host entry (``emulation/entry.h``) in place of the
+kernel: the task bodies run as fibers, one thread block at a time (``run/host_runner.py`` loads and
+runs them). ``race_check=True`` builds with ``-fsanitize=thread``, whose hooks are our own shadow
+memory (``csrc/emulation/race_check.cpp``): races, unwritten shared memory, accesses outside a task's
+slices. Reports name files relative to the repository (``-g``, prefix maps).
+
+Entries go through the content-hash cache of ``cache.py`` (same locking and publishing): the
+runner's archive once per cache, each module once per key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+from .. import archs, contract, resources
+from ..errors import BuildError, ConfigError
+from . import cache as build_cache
+
+EMULATION = resources.CSRC / "emulation"
+REPO = resources.CSRC.parent
+RUNTIME_SOURCES = ("block_runner.cpp", "race_check.cpp", "faults.cpp", "symbols.cpp")
+ARCHIVE = "runtime.a"
+SHIM = "emulation/cuda_shim.h"
+RACE_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-Wno-tsan"]
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+@cache
+def cxx() -> str:
+    path = os.environ.get("CXX") or shutil.which("g++")
+    if not path:
+        raise BuildError("no host C++ compiler: install g++ or set $CXX")
+    return path
+
+
+@cache
+def cxx_version(path: str) -> str:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.splitlines()[0] if out else "unknown"
+
+
+@cache
+def cuda_include() -> Path:
+    """The CUDA toolkit's include directory: its cuda_bf16.h / cuda_fp16.h give the host-side types."""
+    home = os.environ.get("CUDA_HOME")
+    candidates = [Path(home) / "include"] if home else []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parents[1] / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for path in candidates:
+        if (path / "cuda_bf16.h").is_file():
+            return path
+    raise BuildError(f"cuda_bf16.h not found in {', '.join(map(str, candidates))}; install the CUDA toolkit or set CUDA_HOME")
+
+
+@cache
+def cuda_version() -> str:
+    m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (cuda_include() / "cuda.h").read_text(errors="replace"))
+    return m.group(1) if m else "unknown"
+
+
+def base_flags(include_dirs: Sequence[Path] = ()) -> list[str]:
+    # Reports name files relative to the repository: g++ runs there (the compile directory) and both
+    # maps strip it (the last one given is tried first). DWARF 4: GCC 12's DWARF 5 line tables keep
+    # the compile directory unmapped. -fno-strict-aliasing: CUDA code reads bf16 rows as uint4
+    # (vec.cuh), which nvcc allows. ``include_dirs`` come before csrc, so they can stand in for a
+    # header of it (a test's patched copy of a body).
+    return [
+        "-std=c++17",
+        "-g",
+        "-gdwarf-4",
+        "-fPIC",
+        "-fno-strict-aliasing",
+        "-fvisibility=hidden",
+        *(f"-I{d}" for d in include_dirs),
+        f"-I{resources.CSRC}",
+        f"-I{cuda_include()}",
+        f"-ffile-prefix-map={REPO}=",
+        f"-ffile-prefix-map={REPO}/=",
+    ]
+
+
+def included(text: str, dirs: Sequence[Path]) -> list[Path]:
+    """Every quoted include of ``text`` found under ``dirs`` (first match wins), transitively."""
+    seen: dict[Path, None] = {}
+    todo = list(_INCLUDE.findall(text))
+    while todo:
+        name = todo.pop()
+        path = next((d / name for d in dirs if (d / name).is_file()), None)
+        if path is None or path.resolve() in seen:
+            continue
+        seen[path.resolve()] = None
+        todo.extend(_INCLUDE.findall(path.read_text()))
+    return sorted(seen)
+
+
+def _key(parts: Sequence[str], files: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    for f in files:
+        h.update(str(f).replace(str(REPO), "<repo>").encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _compile(args: list[str], what: str) -> None:
+    proc = subprocess.run([cxx(), *args], capture_output=True, text=True, check=False, cwd=REPO)
+    if proc.returncode != 0:
+        raise BuildError(
+            f"g++ failed ({proc.returncode}) building {what} for the host:\n"
+            f"{proc.stderr.strip() or proc.stdout.strip()}\ncommand: {cxx()} {' '.join(args)}"
+        )
+
+
+def _portable(flags: Sequence[str]) -> str:
+    return " ".join(flags).replace(str(REPO), "<repo>")
+
+
+def runtime_archive() -> Path:
+    """The block runner, race checker and fault handler, once per cache (they do not depend on the arch)."""
+    flags = [*base_flags(), "-O2", "-DMPK_HOST_EMULATION"]
+    sources = [EMULATION / s for s in RUNTIME_SOURCES]
+    headers = sorted(p for p in EMULATION.iterdir() if p.suffix == ".h")
+    key = _key([cxx_version(cxx()), cuda_version(), _portable(flags)], sources + headers)
+    entry = build_cache.cache_root() / "modules" / f"emulation-runtime-{key[:16]}"
+    if not build_cache.entry_is_valid(entry, key, ARCHIVE):
+
+        def make(tmp: Path) -> None:
+            objects = []
+            for src in sources:
+                obj = tmp / (src.stem + ".o")
+                _compile([*flags, "-c", str(src), "-o", str(obj)], src.name)
+                objects.append(str(obj))
+            subprocess.run(["ar", "rcs", str(tmp / ARCHIVE), *objects], check=True, capture_output=True)
+
+        record = {"key": key, "arch": "host", "flags": flags, "compiler": cxx_version(cxx())}
+        build_cache.publish(entry, key, ARCHIVE, record, make)
+    return entry / ARCHIVE
+
+
+def build_host_module(
+    source: str, arch: str, name: str, race_check: bool = False, include_dirs: Sequence[Path] = ()
+) -> build_cache.BuildResult:
+    """The host module of a generated dispatcher ``source`` for ``arch`` (its defines from the arch
+    table), from the cache or built once. ``include_dirs``: searched before csrc for the quoted
+    includes (test kernels, or a patched copy of a csrc header)."""
+    if arch not in archs.ARCHS:
+        raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(archs.NAMES)}")
+    dirs = [*map(Path, include_dirs), resources.CSRC]
+    # Bodies at -O1: half the time of -O0 (a third with race checking), and -O2 is no faster here.
+    flags = [*base_flags(include_dirs), "-O1", *archs.ARCHS[arch].host_flags, *(RACE_FLAGS if race_check else [])]
+    archive = runtime_archive()
+    headers = included(f'#include "{SHIM}"\n' + source, dirs)
+    parts = [f"abi={contract.ABI_VERSION}", cxx_version(cxx()), cuda_version(), _portable(flags), archive.parent.name, source]
+    key = _key(parts, headers)
+    name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"
+    entry = build_cache.cache_root() / "modules" / f"{name}-host-{arch}{'-race' if race_check else ''}-{key[:16]}"
+
+    def make(tmp: Path) -> None:
+        (tmp / "source.cpp").write_text(source)
+        obj = tmp / "source.o"
+        _compile([*flags, "-include", SHIM, "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
+        _compile(["-shared", "-Wl,-z,defs", str(obj), str(archive), "-o", str(tmp / build_cache.MODULE)], name)
+
+    record = {"key": key, "arch": arch, "name": name, "race_check": race_check, "flags": flags, "compiler": cxx_version(cxx())}
+    return build_cache.publish(entry, key, build_cache.MODULE, record, make)

@@ -1,0 +1,146 @@
+"""How the emulator computes a task and plans a batch: two ways, one interface.
+
+``HostTasks`` runs the real CUDA bodies: the graph's dispatcher built for the host (``build/host.py``),
+each task one block of fibers (``host_runner.py``) on guarded copies of the tensors
+(``host_memory.py``), its descriptor packed as for the device (``abi.pack_task``), and the device's
+prepare_next_batch checked against its model (``host_batching.py``). ``ReferenceTasks`` computes each
+task with its spec's slice reference (``TaskSpec.emulate``) and plans with the Python model alone:
+quick, and a check of the graph, the schedule and the batching model, but of no line of CUDA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..codegen import abi
+from ..errors import EmulationError, KernelError
+from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
+from ..tasks import registry
+from ..tasks.spec import EmulationContext, TaskFailure
+from . import batching, diagnostics
+from .host_batching import HostPlanner
+from .host_memory import GuardedTensors
+from .host_runner import HostModule
+
+MASK64 = (1 << 64) - 1
+
+
+class Tasks(Protocol):
+    """One launch's way of running tasks: ``begin``, then per iteration ``prepare_next_batch`` and
+    ``run_task`` for each task, then ``end`` (also after an error)."""
+
+    def begin(self) -> None: ...
+    def prepare_next_batch(self, iteration: int) -> bool: ...
+    def run_task(self, task: TaskInfo, iteration: int, seed: int) -> None: ...
+    def end(self) -> None: ...
+
+
+@dataclass
+class ReferenceTasks:
+    """Slice references (TaskSpec.emulate) on the tensors themselves; the Python batching model."""
+
+    graph: CompiledGraph
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, torch.Tensor]
+    cfg: batching.BatchConfig
+
+    def begin(self) -> None:
+        self.specs = [registry.get(layer.task) for layer in self.graph.layers]
+        self.planner = batching.BatchPlanner(self.cfg, self.meta)
+        self.active = (self.cfg.max_num_batched_tokens, 0)
+
+    def prepare_next_batch(self, iteration: int) -> bool:
+        ready = self.planner.prepare_next_batch(iteration)
+        self.active = (self.cfg.max_num_batched_tokens, int(self.meta["num_new_tokens"][0]))
+        return ready
+
+    def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
+        layer, spec = self.graph.layers[t.layer], self.specs[t.layer]
+        ins, outs = layer.input_names, layer.output_names
+        views = {
+            n: slice_view(self.tensors, s, spec.token_dims.get(n), self.active) for n, s in zip(ins + outs, t.inputs + t.outputs)
+        }
+        if any(views[n].numel() == 0 for n in spec.token_dims if n in views):
+            return  # no live rows
+        ctx = EmulationContext(t.grid_idx, layer.grid, self.meta, self.cfg, iteration)
+        try:
+            spec.emulate({n: views[n] for n in ins}, {n: views[n] for n in outs}, layer.values, ctx)
+        except TaskFailure as f:
+            raise KernelError(
+                f"emulated iteration {iteration}: {diagnostics.task_error_message(self.graph, t.id, f.code, f.value)}"
+            ) from None
+
+    def end(self) -> None:
+        pass
+
+
+def slice_view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | None, active: tuple[int, int]) -> torch.Tensor:
+    """A task's slice of a tensor; along a token dimension of max_num_batched_tokens rows (``active``:
+    that count and the iteration's active tokens), only the live rows (Runtime::active_rows)."""
+    t = tensors[s.tensor]
+    bounds = list(zip(s.lo, s.hi))
+    max_tokens, num_active = active
+    if token_dim is not None and t.shape[token_dim] == max_tokens:
+        lo, hi = bounds[token_dim]
+        bounds[token_dim] = (lo, max(lo, min(hi, num_active)))
+    return t[tuple(slice(lo, hi) for lo, hi in bounds)]
+
+
+class HostTasks:
+    """The CUDA bodies compiled for the host, on guarded copies of the tensors (allocated once per
+    kernel, copied in and out per launch). ``check``: a race-checking module (races, uninitialized
+    shared memory, misalignment) that also bounds every global access by the task's slices."""
+
+    def __init__(
+        self,
+        module: HostModule,
+        graph: CompiledGraph,
+        tensors: dict[str, torch.Tensor],
+        meta: dict[str, torch.Tensor],
+        cfg: batching.BatchConfig,
+        check: bool = False,
+    ):
+        self.module, self.graph, self.meta, self.cfg, self.check = module, graph, meta, cfg, check
+        written = {t.name for t in graph.tensors if t.direction != "IN"}
+        self.memory = GuardedTensors(module, tensors, meta, written)
+        self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
+        self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
+        self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))
+
+    def begin(self) -> None:
+        self.memory.copy_in()
+        self.planner = HostPlanner(self.module, self.cfg, self.memory.meta)
+
+    def prepare_next_batch(self, iteration: int) -> bool:
+        return self.planner.prepare_next_batch(iteration)
+
+    def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
+        # The threads' order between synchronization points: shuffled, from the launch, task and iteration.
+        order_seed = (seed * 0x9E3779B97F4A7C15 + t.id * 0xBF58476D1CE4E5B9 + iteration) & MASK64
+        run = self.module.run_task(
+            t.variant,
+            self.descs[t.id],
+            *self.structs,
+            order="shuffled",
+            seed=order_seed,
+            memory=self.task_memory[t.id],
+            check_slices=self.check,
+        )
+        if run.ok:
+            return
+        if run.task_error is not None:
+            code, value = run.task_error
+            raise KernelError(f"emulated iteration {iteration}: {diagnostics.task_error_message(self.graph, t.id, code, value)}")
+        layer = self.graph.layers[t.layer]
+        raise EmulationError(
+            f"emulated iteration {iteration}, task {t.id} {t.label} (layer {layer.name}, {layer.task}): {run.report}", run.report
+        )
+
+    def end(self) -> None:
+        self.memory.copy_out()
+
+    def free(self) -> None:
+        self.memory.free()

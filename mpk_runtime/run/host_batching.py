@@ -1,0 +1,92 @@
+"""The device's prepare_next_batch, run on the host next to its Python model, compared after every call.
+
+``csrc/runtime/prepare_next_batch.cuh`` (``batching::Planner``) is built into every host module; here
+a warp of fibers runs it as the controller warp does (the whole warp resets the state at the start of
+a launch, lane 0 plans), on the launch's meta tensors and a batching state laid out as the device's
+(``device_graph.batch_state``). ``batching.BatchPlanner``, the Python model, plans the same call on a
+copy of the meta tensors taken just before it. Any difference in any meta tensor afterwards is an
+EmulationError naming the field, the element and the iteration: the device code and its model
+disagree, and the device's plan is what the task bodies would have read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import contract
+from ..codegen import abi
+from ..errors import EmulationError
+from .batching import BatchConfig, BatchPlanner, PagesExhausted
+from .device_graph import batch_state
+from .host_runner import HostModule
+
+FIELD_OF = {name: field for field, name in contract.META_FIELDS.items()}
+DEVICE_CODE = "csrc/runtime/prepare_next_batch.cuh"
+MODEL = "mpk_runtime/run/batching.py"
+
+
+class HostPlanner:
+    """prepare_next_batch for one launch: the device's code decides, the Python model checks."""
+
+    def __init__(self, module: HostModule, cfg: BatchConfig, meta: dict[str, torch.Tensor]):
+        self.module, self.cfg, self.meta = module, cfg, meta
+        self.state = batch_state(cfg, torch.device("cpu"))
+        self._structs = (
+            abi.meta_struct(meta),
+            abi.batch_struct(cfg),
+            abi.MpkBatchState(**{k: v.data_ptr() for k, v in self.state.items()}),
+        )
+        self.shadow = {k: v.clone() for k, v in meta.items()}
+        self.model: BatchPlanner | None = None
+
+    def prepare_next_batch(self, iteration: int) -> bool:
+        for name, t in self.meta.items():  # what the last iteration's tasks wrote (output tokens, ...)
+            self.shadow[name].copy_(t)
+        if self.model is None:
+            self.model = BatchPlanner(self.cfg, self.shadow)
+        model_error: PagesExhausted | None = None
+        try:
+            planned = self.model.prepare_next_batch(iteration)
+        except PagesExhausted as e:
+            model_error = e
+        status = abi.MpkStatus()
+        result, run = self.module.prepare_next_batch(*self._structs, status, iteration, init=iteration == 0)
+        where = f"prepare_next_batch before iteration {iteration}"
+        if not run.ok:
+            raise EmulationError(f"{where} ({DEVICE_CODE}, run on the host): {run.report}", run.report)
+        if result < 0:
+            if model_error is not None and status.code == contract.STATUS_PAGES_EXHAUSTED:
+                raise model_error
+            raise EmulationError(
+                f"{where}: the device code ({DEVICE_CODE}) stopped with status {status.code} (detail "
+                f"{list(status.detail)}), but its Python model ({MODEL}) "
+                + (f"raised: {model_error}" if model_error else "planned a batch")
+            )
+        if model_error is not None:
+            raise EmulationError(
+                f"{where}: the device code ({DEVICE_CODE}) planned a batch, but its Python model ({MODEL}) raised: {model_error}"
+            )
+        self._compare(where)
+        if (result > 0) != planned:
+            raise EmulationError(
+                f"{where}: the device code ({DEVICE_CODE}) returned {result}, its Python model ({MODEL}) {planned}"
+            )
+        return result > 0
+
+    def _compare(self, where: str) -> None:
+        for name, device in self.meta.items():
+            model = self.shadow[name]
+            if torch.equal(device, model):
+                continue
+            index = tuple(int(i) for i in (device != model).nonzero()[0])
+            at = ", ".join(map(str, index))
+            raise EmulationError(
+                f"{where}: the device code ({DEVICE_CODE}, run on the host) and its Python model ({MODEL}) "
+                f"disagree on {FIELD_OF.get(name, name)}[{at}]: the device wrote {device[index].item()}, the model "
+                f"{model[index].item()} (device {_short(device)}, model {_short(model)})"
+            )
+
+
+def _short(t: torch.Tensor) -> str:
+    values = t.flatten().tolist()
+    return str(values[:16])[:-1] + (", ...]" if len(values) > 16 else "]")

@@ -1,0 +1,154 @@
+"""The memory host-emulated task bodies work on: a guarded copy of every tensor, and each task's slices
+as byte ranges.
+
+Each tensor of the graph (and each meta tensor) is copied, for the length of a launch, into memory
+that ends against an inaccessible page and starts after one (``HostModule.guarded_alloc``): a body
+that reads or writes past the end of a tensor faults, and the fault is reported with the tensor, the
+thread and the source line, at no cost per access. Tensors that share storage (views of one buffer, a
+graph tensor that is a meta tensor) share one copy, so that what one writes the other reads; each
+copy keeps its tensor's alignment modulo 16. After the launch the copies of the tensors some layer
+writes (and the meta tensors) go back; those only read (weights) do not, which halves the copying
+of big graphs. A body that writes into one of those anyway is caught by slice checking.
+
+For slice checking (race-checking builds), ``task_memory`` gives a task the byte ranges it may read
+(its input and output slices and the meta tensors) and write (its output slices).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import itertools
+import math
+import weakref
+from collections.abc import Iterable
+
+import torch
+
+from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
+from .host_runner import HostModule, Memory, Range, Tensor
+
+
+class GuardedTensors:
+    """Guarded copies of ``tensors`` and ``meta`` (name -> contiguous CPU tensor). ``pointers`` and
+    ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data (out: only
+    the tensors named in ``written``, and the meta tensors)."""
+
+    def __init__(self, module: HostModule, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor], written: set[str]):
+        self.module = module
+        everything = [(n, t) for n, t in tensors.items()] + [(f"meta.{n}", t) for n, t in meta.items()]
+        self._written = written | {n for n, _ in everything if n.startswith("meta.")}
+        self._groups: list[tuple[int, int, int, int, bool]] = []  # (original lo, bytes, copy, allocated, copied out)
+        self.pointers: dict[str, int] = {}
+        self.views: dict[str, torch.Tensor] = {}
+        spans = sorted(((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), n, t) for n, t in everything if t.numel()))
+        group: list = []
+        for span in [*spans, None]:
+            if group and (span is None or span[0] >= max(s[1] for s in group)):
+                self._place(group)
+                group = []
+            if span is not None:
+                group.append(span)
+        for n, t in everything:
+            if n not in self.pointers:  # empty: any address will do, nothing reads it
+                self.pointers[n] = 0
+                self.views[n] = torch.empty_like(t)
+        self.meta = {n: self.views[f"meta.{n}"] for n in meta}
+        # The mappings go when this object does, even if nobody calls free() (a kernel never finalized).
+        self._release = weakref.finalize(self, _release, module, self._groups)
+        self.table = _tensor_table([(n, self.views[n], self.pointers[n]) for n, _ in everything])
+        self.memory = Memory(tensors=self.table)
+
+    def _place(self, group: list) -> None:
+        lo, hi = group[0][0], max(s[1] for s in group)
+        shift = lo % 16  # the copy keeps the original's alignment modulo 16
+        size = shift + hi - lo
+        copy = self.module.guarded_alloc(size) + shift
+        self._groups.append((lo, hi - lo, copy, size, any(name in self._written for _, _, name, _ in group)))
+        raw = torch.frombuffer((C.c_uint8 * (hi - lo)).from_address(copy), dtype=torch.uint8)
+        for start, end, name, t in group:
+            self.pointers[name] = copy + start - lo
+            self.views[name] = raw[start - lo : end - lo].view(t.dtype).view(t.shape)
+
+    def copy_in(self) -> None:
+        for lo, nbytes, copy, _, _ in self._groups:
+            C.memmove(copy, lo, nbytes)
+
+    def copy_out(self) -> None:
+        for lo, nbytes, copy, _, written in self._groups:
+            if written:
+                C.memmove(lo, copy, nbytes)
+
+    def free(self) -> None:
+        self._release()
+
+    def task_memory(self, graph: CompiledGraph, task: TaskInfo) -> Memory:
+        """The tensors, and the ranges ``task`` may read and write, for slice checking."""
+        shapes = {t.name: t.shape for t in graph.tensors}
+        layer = graph.layers[task.layer]
+        writable = [r for s in task.outputs for r in self._runs(s, shapes[s.tensor])]
+        readable = writable + [r for s in task.inputs for r in self._runs(s, shapes[s.tensor])]
+        readable += [
+            (self.pointers[n], self.pointers[n] + v.numel() * v.element_size())
+            for n, v in self.views.items()
+            if n.startswith("meta.")
+        ]
+        ins = ", ".join(_slice_text(s) for s in task.inputs) or "nothing"
+        outs = ", ".join(_slice_text(s) for s in task.outputs) or "nothing"
+        text = f"{task.label} of layer {layer.name} reads {ins} (and the meta tensors) and writes {outs}"
+        return Memory(tensors=self.table, readable=_ranges(readable), writable=_ranges(writable), slices=text.encode())
+
+    def _runs(self, s: SliceRef, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+        view = self.views[s.tensor]
+        return list(byte_runs(self.pointers[s.tensor], shape, view.element_size(), s.lo, s.hi))
+
+
+def _release(module: HostModule, groups: list[tuple[int, int, int, int, bool]]) -> None:
+    for lo, _, copy, size, _ in groups:
+        module.guarded_free(copy - lo % 16, size)
+    groups.clear()
+
+
+def byte_runs(
+    base: int, shape: tuple[int, ...], elem: int, lo: tuple[int, ...], hi: tuple[int, ...]
+) -> Iterable[tuple[int, int]]:
+    """The contiguous byte ranges of the slice [lo, hi) of a row-major tensor at ``base``."""
+    n = len(shape)
+    if n == 0:
+        yield base, base + elem
+        return
+    if any(h <= low for low, h in zip(lo, hi)):
+        return
+    k = n - 1  # dims after k are whole: one run per index of the dims before it
+    while k > 0 and lo[k] == 0 and hi[k] == shape[k]:
+        k -= 1
+    strides = [math.prod(shape[d + 1 :]) for d in range(n)]
+    run = (hi[k] - lo[k]) * strides[k] * elem
+    for index in itertools.product(*(range(lo[d], hi[d]) for d in range(k))):
+        start = base + (sum(i * strides[d] for d, i in enumerate(index)) + lo[k] * strides[k]) * elem
+        yield start, start + run
+
+
+def _ranges(spans: list[tuple[int, int]]) -> C.Array:
+    """Sorted, disjoint ranges covering ``spans`` (touching ones merged), as MpkEmuRange[]."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return (Range * len(merged))(*(Range(lo, hi) for lo, hi in merged))
+
+
+def _tensor_table(entries: list[tuple[str, torch.Tensor, int]]) -> C.Array:
+    table = (Tensor * len(entries))()
+    for row, (name, view, address) in zip(table, entries):
+        row.lo, row.hi = address, address + view.numel() * view.element_size()
+        row.name = name.encode()
+        row.elem_size, row.ndim = view.element_size(), min(view.dim(), 6)
+        for d, size in enumerate(view.shape[:6]):
+            row.shape[d] = size
+    return table
+
+
+def _slice_text(s: SliceRef) -> str:
+    return f"{s.tensor}[{', '.join(f'{lo}:{hi}' for lo, hi in zip(s.lo, s.hi))}]"

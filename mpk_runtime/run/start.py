@@ -1,0 +1,68 @@
+"""Where a compiled kernel's launches run: the runner for its backend (enters: the built module,
+the compiled graph, the tensors; leaves: a GpuKernel, an EmulatedKernel or a RankEmulatedKernel).
+
+The emulator of CUDA bodies needs the same source built for the host as well (build/host.py); its
+build result is returned beside the runner, for the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..build.cache import BuildResult
+from ..build.host import build_host_module
+from ..codegen import dispatcher
+from ..graph.compiled import CompiledGraph
+from .batching import BatchConfig
+from .device_graph import LaunchConfig
+from .emulator import EmulatedKernel
+from .host_runner import load_module  # not `from . import`: see the note at the end of this module
+from .launcher import Module
+from .lifecycle import GpuKernel
+from .multirank import RankEmulatedKernel
+from .transport import PeerHeap
+
+Runner = GpuKernel | EmulatedKernel | RankEmulatedKernel
+
+
+@dataclass
+class RunInputs:
+    """What every runner is made from."""
+
+    module: Module
+    source: str
+    graph: CompiledGraph
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, torch.Tensor]
+    batch: BatchConfig
+    device: torch.device
+    arch: str
+    worker_threads: int
+
+
+def start_runner(
+    backend: str, r: RunInputs, p: Any, profiler: Any, heap: PeerHeap | None
+) -> tuple[Runner | None, BuildResult | None]:
+    """The runner of ``backend`` ("gpu", "emulated", "emulated-reference"; None for "compile-only")
+    and, for "emulated", the host build of the source. ``p`` is the kernel's KernelParams."""
+    if backend == "gpu":
+        launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
+        runner = GpuKernel(r.module, r.graph, r.tensors, r.meta, launch, r.batch, r.device, r.worker_threads, profiler, heap)
+        return runner, None
+    if backend.startswith("emulated") and p.world_size > 1:  # the ranks run together, with slice references
+        return RankEmulatedKernel(r.graph, r.tensors, r.meta, r.batch, p.mpi_rank, p.world_size), None
+    if backend == "emulated":
+        host_build = build_host_module(r.source, r.arch, dispatcher.module_name_of(r.source), race_check=p.emulate_check)
+        host = load_module(host_build.path)
+        return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch, host, check=p.emulate_check), host_build
+    if backend == "emulated-reference":
+        return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch), None
+    return None, None
+
+
+# ``from .host_runner import load_module`` rather than ``from . import host_runner``: the second reads
+# the package's attribute, which a test harness that drops and re-imports modules between in-process
+# runs (pytest's pytester) leaves pointing at the dropped module, whose ctypes structures the fresh
+# host_memory module's do not match.

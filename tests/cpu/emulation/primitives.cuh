@@ -1,0 +1,133 @@
+// One kernel per primitive of csrc/primitives, for comparing its host version with an independent
+// PyTorch model of its documented semantics (tests/cpu/emulation/test_primitives.py) and with the
+// device (tests/gpu/test_primitives_gpu.py runs the same kernels on both, on the same inputs).
+// Inputs and outputs are the task's slices; primitive_cases.py says what each holds.
+#pragma once
+#include <stdint.h>
+
+#include "primitives/block.cuh"
+#include "primitives/cp_async.cuh"
+#include "primitives/loads.cuh"
+#include "primitives/memory_order.cuh"
+#include "primitives/mma.cuh"
+#include "primitives/timer.cuh"
+#include "primitives/vec.cuh"
+#include "primitives/warp.cuh"
+#include "runtime/task_api.cuh"
+
+namespace mpk {
+namespace prim_test {
+
+// Warp w computes tile w: D = A * B + C with A (16x16) and B (16x8, [k][n]) as the raw 16-bit
+// elements of T, C and D (16x8) in fp32; each lane loads its fragments in mma.cuh's layout.
+template <typename T>
+__device__ void mma_tiles(TaskDesc const &task, Runtime const &) {
+  int const w = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  uint16_t const *a = task.input<uint16_t const>(0) + w * 16 * 16;
+  uint16_t const *b = task.input<uint16_t const>(1) + w * 16 * 8;
+  float const *c = task.input<float const>(2) + w * 16 * 8;
+  float *d = task.output<float>(0) + w * 16 * 8;
+  auto pair_a = [&](int row, int k) { return uint32_t{a[row * 16 + k]} | uint32_t{a[row * 16 + k + 1]} << 16; };
+  auto pair_b = [&](int k, int n) { return uint32_t{b[k * 8 + n]} | uint32_t{b[(k + 1) * 8 + n]} << 16; };
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  mma_m16n8k16<T>(acc, pair_a(g, 2 * t), pair_a(g + 8, 2 * t), pair_a(g, 2 * t + 8), pair_a(g + 8, 2 * t + 8),
+                  pair_b(2 * t, g), pair_b(2 * t + 8, g));
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+// Thread t copies in[t] (16 bytes) to shared memory with cp.async, waits, and after a barrier
+// writes the copy of thread (t + 1) % N: out[t] = in[(t + 1) % N].
+__device__ void cp_async_copy(TaskDesc const &task, Runtime const &) {
+  uint4 const *in = task.input<uint4 const>(0);
+  uint4 *out = task.output<uint4>(0);
+  uint4 *s = reinterpret_cast<uint4 *>(dynamic_smem);
+  int const t = threadIdx.x;
+  cp_async_16(s + t, in + t);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+  out[t] = s[(t + 1) % kWorkerThreads];
+}
+
+// out[t] = ld_stream_16(in + t); out[N + t] = ld_16(in + t); st_16(out + 2N + t, in[t]).
+__device__ void loads(TaskDesc const &task, Runtime const &) {
+  uint4 const *in = task.input<uint4 const>(0);
+  uint4 *out = task.output<uint4>(0);
+  int const t = threadIdx.x;
+  out[t] = ld_stream_16(in + t);
+  out[kWorkerThreads + t] = ld_16(in + t);
+  st_16(out + 2 * kWorkerThreads + t, ld_16(in + t));
+}
+
+// out (8 uint64, zeroed): [0] += t + 1 by every thread (red.relaxed), [1] += 1 (red.release); after
+// a barrier thread 0: [2] = ld.acquire [0], [3] = ld.relaxed [1], [4] = st.release of a constant,
+// [5] = st.relaxed of 3 * [2], the low word of [6] = st.relaxed (32-bit) of a constant and its high
+// word what ld.relaxed (32-bit) reads back.
+__device__ void memory_order(TaskDesc const &task, Runtime const &) {
+  unsigned long long *out = task.output<unsigned long long>(0);
+  int const t = threadIdx.x;
+  red_add_relaxed_gpu(&out[0], t + 1);
+  red_add_release_gpu(&out[1], 1);
+  __syncthreads();
+  if (t == 0) {
+    fence_acq_rel_gpu();
+    out[2] = ld_acquire_gpu(&out[0]);
+    out[3] = ld_relaxed_gpu(&out[1]);
+    st_release_gpu(&out[4], 0x0123456789abcdefull);
+    st_relaxed_gpu(&out[5], 3 * out[2]);
+    uint32_t *words = reinterpret_cast<uint32_t *>(&out[6]);
+    st_relaxed_gpu(&words[0], 0xdeadbeefu);
+    words[1] = ld_relaxed_gpu(&words[0]);
+  }
+}
+
+// out (4 uint64, zeroed): thread 0 reads the global timer ([0]), polls a flag with sleep_ns until
+// the last thread sets it, reads the timer again ([1]) and writes 1 to [2]; the flag is [3]. A poll
+// that never lets the other threads run would never end.
+__device__ void timer(TaskDesc const &task, Runtime const &) {
+  unsigned long long *out = task.output<unsigned long long>(0);
+  uint32_t *flag = reinterpret_cast<uint32_t *>(&out[3]);
+  int const t = threadIdx.x;
+  if (t == 0) {
+    out[0] = global_timer_ns();
+    while (ld_relaxed_gpu(flag) == 0) sleep_ns(100);
+    out[1] = global_timer_ns();
+    out[2] = 1;
+  }
+  if (t == kWorkerThreads - 1) st_relaxed_gpu(flag, 1u);
+}
+
+// in: N floats. out[t] = warp_sum(in[t]); out[N + t] = warp_reduce(in[t], MaxOp());
+// out[2N + t] = block_reduce(in[t], SumOp()); out[3N + t] = block_reduce(in[t], MaxOp()).
+__device__ void reductions(TaskDesc const &task, Runtime const &) {
+  float const *in = task.input<float const>(0);
+  float *out = task.output<float>(0);
+  int const t = threadIdx.x;
+  float const v = in[t];
+  out[t] = warp_sum(v);
+  out[kWorkerThreads + t] = warp_reduce(v, MaxOp());
+  out[2 * kWorkerThreads + t] = block_reduce(v, SumOp());
+  out[3 * kWorkerThreads + t] = block_reduce(v, MaxOp());
+}
+
+// in: N * kVec16<T> floats. Thread t stores its kVec16<T> of them as T with store16 (out 0) and
+// reads them back as floats with load16 (out 1).
+template <typename T>
+__device__ void vec_round_trip(TaskDesc const &task, Runtime const &) {
+  constexpr int V = kVec16<T>;
+  float const *in = task.input<float const>(0);
+  T *out = task.output<T>(0);
+  float *back = task.output<float>(1);
+  int const t = threadIdx.x;
+  float v[V], w[V];
+  for (int k = 0; k < V; ++k) v[k] = in[t * V + k];
+  store16(out + t * V, v);
+  load16(out + t * V, w);
+  for (int k = 0; k < V; ++k) back[t * V + k] = w[k];
+}
+
+}  // namespace prim_test
+}  // namespace mpk

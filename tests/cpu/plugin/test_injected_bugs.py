@@ -1,0 +1,125 @@
+"""Bugs injected into the device code make the emulated scenes fail, with a report as precise as the
+GPU's (a mismatch of the outputs) or more (the task, the thread, the file:line). Each test patches a
+copy of one csrc header (the tree is left alone), builds the host modules with that copy in front of
+csrc, and runs a real scene file of tests/scenes with pytester."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from mpk_runtime import resources
+from mpk_runtime.build import host
+from mpk_runtime.run import start
+
+SCENES = Path(__file__).resolve().parents[2] / "scenes"  # tests/scenes
+
+
+@pytest.fixture
+def inject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """inject(header, old, new): host builds see csrc/<header> with ``old`` replaced by ``new``;
+    returns the patched copy's path, as reports print it."""
+    patched = tmp_path / "patched"
+
+    def patch(header: str, old: str, new: str) -> str:
+        text = (resources.CSRC / header).read_text()
+        assert text.count(old) == 1, f"csrc/{header} no longer holds {old!r}; update this test"
+        copy = patched / header
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text.replace(old, new))
+        monkeypatch.setattr(start, "build_host_module", functools.partial(host.build_host_module, include_dirs=[patched]))
+        return str(copy)
+
+    return patch
+
+
+def run_scene(pytester: pytest.Pytester, scene: str, case: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(test_scene=(SCENES / scene).read_text())
+    return pytester.runpytest_inprocess("--mpk-case", case, "--arch", "sm90", "--mpk-backend", "emulate", *args)
+
+
+def test_rmsnorm_loop_bound_off_by_one(pytester, inject):
+    """r <= live: every task also normalizes the next row; the last task reads past the input."""
+    at = inject("tasks/common/rmsnorm.cuh", "for (int r = 0; r < live; ++r)", "for (int r = 0; r <= live; ++r)")
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "emulated iteration 0, task 7 * (layer rmsnorm_0, rmsnorm): out-of-bounds access in task 7: thread * "
+            f"reads past the end of tensor input at csrc/primitives/loads.cuh:* (inlined at csrc/primitives/vec.cuh:*, {at}:*"
+        ]
+    )
+    # Checked, the first task to run already gives itself away.
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024", "--mpk-emulate-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "* read outside the task's slices in task *: thread * reads * bytes at input[[]*, *[]] at "
+            f"csrc/primitives/loads.cuh:* (inlined at csrc/primitives/vec.cuh:*, {at}:*; the task * of layer rmsnorm_0 "
+            "reads input[[]*[]], weight[[]0:1024[]] (and the meta tensors) and writes output[[]*[]]: "
+            "no dependency orders this read *"
+        ]
+    )
+
+
+def test_block_reduce_without_its_first_barrier(pytester, inject):
+    """Warp 0 reads the other warps' partial sums before they are written: wrong norms."""
+    inject(
+        "primitives/block.cuh",
+        "partial[threadIdx.x / kWarpSize] = v;\n  __syncthreads();",
+        "partial[threadIdx.x / kWarpSize] = v;",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["output 'output' (bfloat16, shape (8, 1024)) differs from the golden *"])
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024", "--mpk-emulate-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["data race in task *: thread * reads 4 bytes at shared mpk::block_reduce<float, mpk::SumOp>()::partial+* at *"]
+    )
+
+
+def test_warp_reduce_with_the_wrong_shuffle_width(pytester, inject):
+    """Width 16: the xor-16 step gives each lane its own value back, so each half-warp sums twice."""
+    inject("primitives/warp.cuh", "__shfl_xor_sync(0xffffffffu, v, o)", "__shfl_xor_sync(0xffffffffu, v, o, kWarpSize / 2)")
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["output 'output' (bfloat16, shape (8, 1024)) differs from the golden *"])
+
+
+def test_linear_with_the_wrong_output_stride(pytester, inject):
+    """Rows of a task's output slice written N_SLICE apart instead of the output's row length."""
+    at = inject(
+        "tasks/common/linear.cuh",
+        "y[static_cast<size_t>(b) * OUT_STRIDE + col] = from_float<T>(s);",
+        "y[static_cast<size_t>(b) * N_SLICE + col] = from_float<T>(s);",
+    )
+    result = run_scene(pytester, "linear/test_linear.py", "TestLinear::b4_k1024_n2048")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["output 'output' (bfloat16, shape (4, 2048)) differs from the golden *", "*nan*"])
+    result = run_scene(pytester, "linear/test_linear.py", "TestLinear::b4_k1024_n2048", "--mpk-emulate-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"* write outside the task's output slices in task *: thread * writes 2 bytes at output[[]0, *[]] at {at}:*; *"]
+    )
+
+
+def test_prepare_next_batch_with_a_wrong_last_page_length(pytester, inject):
+    """kv_len % page_size: 0 for a page that is exactly full (every page, with page_size 1). The task
+    bodies do not read it, so only the comparison with the batching model can see it."""
+    inject(
+        "runtime/prepare_next_batch.cuh",
+        "m.paged_kv_last_page_len[slot] = kv_len - (need - 1) * cfg.page_size;",
+        "m.paged_kv_last_page_len[slot] = kv_len % cfg.page_size;",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "prepare_next_batch before iteration 0: the device code (csrc/runtime/prepare_next_batch.cuh, run on the "
+            "host) and its Python model (mpk_runtime/run/batching.py) disagree on paged_kv_last_page_len[[]0[]]: the "
+            "device wrote 0, the model 1 *"
+        ]
+    )

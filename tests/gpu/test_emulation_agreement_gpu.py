@@ -1,0 +1,110 @@
+"""The emulator and the GPU agree on every scene: each (non-manual) case of every scene class in
+tests/scenes runs on this GPU and in the CPU emulator (the CUDA bodies built for the host, same arch,
+same inputs), for the GPU's own arch and for sm80, and the outputs are compared with each other, not
+with a golden.
+
+Integer outputs (tokens, indices, probes) must be identical. Floating-point outputs may differ only
+where the bodies' arithmetic is allowed to: the tensor cores' summation order (mma) and the device
+math functions (expf, rsqrtf: libm on the host) change the last bits of an fp32 value, which can
+move a bf16 / fp16 result by one unit in the last place; so the bound is one ulp of the output's
+dtype (relative 2**-7 for bf16, 2**-10 for fp16, 2**-20 for fp32) plus 1e-6 absolute, and at least
+99% of the elements must be bit-identical.
+
+    pytest tests/gpu/test_emulation_agreement_gpu.py -n 0     # on a machine with a GPU
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import mpk_runtime as mpk
+from mpk_runtime import harness
+from pytest_mpk import compare, devices, runner
+from pytest_mpk.scene import Out, scene_info
+
+SCENES = Path(__file__).resolve().parents[1] / "scenes"
+RTOL = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 2.0**-20}
+
+
+def _import(path: Path) -> types.ModuleType:
+    """A scene file as a module; files of a package folder (pipelines/) as part of it."""
+    if (path.parent / "__init__.py").exists():
+        package = f"mpk_agreement_{path.parent.name}"
+        if package not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                package, path.parent / "__init__.py", submodule_search_locations=[str(path.parent)]
+            )
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[package] = module
+            spec.loader.exec_module(module)
+        return importlib.import_module(f"{package}.{path.stem}")
+    spec = importlib.util.spec_from_file_location(f"mpk_agreement_{path.parent.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def scene_cases() -> list:
+    found = []
+    for path in sorted(SCENES.rglob("test_*.py")):
+        module = _import(path)
+        for obj in vars(module).values():
+            if scene_info(obj) is not None and obj.__module__ == module.__name__:
+                for case in obj.CASES:
+                    if not case.manual:
+                        found.append(pytest.param(obj, case, id=f"{path.parent.name}/{obj.__name__}::{case.name}"))
+    return found
+
+
+def run(scene_cls, case, arch: str, backend: str, tmp_path: Path) -> dict[str, torch.Tensor]:
+    scene = scene_cls()
+    params = dict(case.params)
+    args = runner.generate(scene, params, seed=1234)
+    setup = runner.Setup(arch=arch, backend=backend, artifacts=tmp_path, keep_artifacts=False, hang_timeout=10.0, repro="")
+    pk = mpk.PersistentKernel(**runner.kernel_params(scene, params, setup))
+    device = "cuda" if backend == devices.GPU else "cpu"
+    tensors = {}
+    for name, v in args.items():
+        t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+        if isinstance(v, Out) and type(v) is Out:
+            compare.poison(t)
+        tensors[name] = t
+    try:
+        scene.build(pk, types.SimpleNamespace(**{n: pk.attach_input(t, n) for n, t in tensors.items()}), params)
+        pk.compile()
+        pk()
+        pk.synchronize(timeout=120)
+    finally:
+        pk.finalize()
+    return {n: tensors[n].cpu() for n in runner.outputs_of(args)}
+
+
+@pytest.mark.parametrize("which", ["native", "sm80"])
+@pytest.mark.parametrize("scene_cls,case", scene_cases())
+def test_emulator_agrees_with_the_gpu(scene_cls, case, which, tmp_path):
+    """On this GPU's own arch (sm90 on an H100: 256 threads) and on the sm80 path (128 threads, PTX)."""
+    native = harness.native_arch(torch.cuda.current_device())
+    arch = native if which == "native" else "sm80"
+    if which == "sm80" and native == "sm80":
+        pytest.skip("the native arch is sm80")
+    if case.archs is not None and arch not in case.archs:
+        pytest.skip(f"case runs on {case.archs}, this GPU is {arch}")
+    gpu = run(scene_cls, case, arch, devices.GPU, tmp_path / "gpu")
+    emulated = run(scene_cls, case, arch, devices.EMULATED, tmp_path / "emulated")
+    for name, g in gpu.items():
+        e = emulated[name]
+        assert e.dtype == g.dtype and e.shape == g.shape
+        if not g.is_floating_point():
+            assert torch.equal(e, g), f"{name}: {(e != g).sum().item()} elements differ, e.g. at {(e != g).nonzero()[0].tolist()}"
+            continue
+        assert torch.equal(e.isnan(), g.isnan()), f"{name}: NaN in different places"
+        torch.testing.assert_close(e, g, rtol=RTOL[g.dtype], atol=1e-6, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+        identical = (e.view(torch.uint8).view(-1, e.element_size()) == g.view(torch.uint8).view(-1, e.element_size())).all(1)
+        assert identical.float().mean() >= 0.99, f"{name}: only {identical.float().mean():.2%} of the elements are bit-identical"
