@@ -576,7 +576,8 @@ void cp_async_issue(void *smem_dst, void const *src, unsigned bytes) {
                 std::to_string(bytes) + " (the device stops the kernel with a misaligned address error)");
   if (t.num_copies == kMaxAsyncCopies)
     abort_block(prefix("too many cp.async copies") + describe_thread(t.tid) + " has " +
-                std::to_string(kMaxAsyncCopies) + " copies in flight without a cp_async_wait_all()");
+                std::to_string(kMaxAsyncCopies) +
+                " copies in flight without a cp_async_wait_all() or cp_async_wait_group()");
   t.copies[t.num_copies++] = AsyncCopy{smem_dst, src, bytes, pc};
   if (tls_block->cfg.race_check) race_async_issue(reinterpret_cast<uintptr_t>(smem_dst), bytes, pc);
 }

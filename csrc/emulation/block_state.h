@@ -18,7 +18,7 @@ namespace emu {
 enum class State : uint8_t { kRunnable, kYielded, kBarrier, kWarp, kDone };
 
 constexpr size_t kStackBytes = 128 << 10;  // each fiber's stack (registers and local memory)
-constexpr int kMaxAsyncCopies = 16;        // cp.async copies one thread may have in flight
+constexpr int kMaxAsyncCopies = 128;       // cp.async copies one thread may have in flight (a pipeline of stages)
 
 struct AsyncCopy {
   void *dst;
