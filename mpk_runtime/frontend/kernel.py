@@ -219,6 +219,14 @@ class PersistentKernel:
         self._runner.launch(default_stream)
         self._profile_pending = self._profiler is not None
 
+    def observe_iterations(self, callback) -> None:
+        """Emulated kernels: call ``callback(iteration, requests)`` after every iteration of a launch
+        (``requests``: the request of each batch slot), while ``pk.tensor(name)`` holds that
+        iteration's values. (On the GPU one launch runs every iteration inside the kernel.)"""
+        if not isinstance(self._runner, EmulatedKernel):
+            raise StateError(f"observe_iterations(): needs a compiled emulated kernel; this one is {self.backend}")
+        self._runner.observer = callback
+
     def compile_task_bodies(self):
         """The graph's task bodies as plain kernel launches (mpk_runtime.run.task_bodies.TaskBodies): one
         thread block per task slice, no scheduler, for testing and timing a body by itself."""

@@ -12,6 +12,7 @@ with its task spec's slice reference (``TaskSpec.emulate``).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,10 @@ from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
 from ..tasks import registry
 from ..tasks.spec import EmulationContext, TaskFailure, TaskSpec
 from . import batching, diagnostics
+
+
+# Called after every iteration with its index and the requests of its batch slots, in slot order.
+Observer = Callable[[int, list[int]], None]
 
 
 @dataclass
@@ -40,10 +45,11 @@ class EmulatedKernel:
     ):
         self.graph, self.tensors, self.meta, self.cfg = graph, tensors, meta, cfg
         self.launches = 0
+        self.observer: Observer | None = None
 
     def launch(self, stream: object = None) -> None:
         self.launches += 1
-        run(self.graph, self.tensors, self.meta, self.cfg, seed=self.launches)
+        run(self.graph, self.tensors, self.meta, self.cfg, seed=self.launches, after_iteration=self.observer)
 
     def harvest(self, timeout_ms: int) -> None:
         pass
@@ -58,9 +64,11 @@ def run(
     meta: dict[str, torch.Tensor],
     cfg: batching.BatchConfig,
     seed: int = 0,
+    after_iteration: Observer | None = None,
 ) -> EmulatedRun:
     """Run the graph for as many iterations as prepare_next_batch allows (one in test mode),
-    on the CPU tensors ``tensors`` (by name) and ``meta``, in place."""
+    on the CPU tensors ``tensors`` (by name) and ``meta``, in place; ``after_iteration`` sees every
+    tensor after each iteration, before the next prepare_next_batch."""
     for t in graph.tensors:
         if t.name not in tensors:
             raise GraphError(f"emulator: the graph uses tensor {t.name!r}, which was not given")
@@ -77,6 +85,8 @@ def run(
     while planner.prepare_next_batch(iteration):
         active = (cfg.max_num_batched_tokens, int(meta["num_new_tokens"][0]))
         _run_iteration(_Iteration(graph, tensors, specs, meta, cfg, iteration, active), rng, order)
+        if after_iteration is not None:
+            after_iteration(iteration, list(planner.batch))
         iteration += 1
     return EmulatedRun(iteration, order)
 
