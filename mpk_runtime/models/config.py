@@ -123,13 +123,10 @@ def expected_weights(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
         w[p + "self_attn.k_norm.weight"] = (c.head_dim,)
         w[p + "self_attn.o_proj.weight"] = (h, c.q_size)
         w[p + "post_attention_layernorm.weight"] = (h,)
-        if c.is_moe:
+        if c.is_moe:  # the experts stacked, as transformers (5.x) holds them; see fuse_experts
             w[p + "mlp.gate.weight"] = (c.num_experts, h)
-            for e in range(c.num_experts):
-                q = f"{p}mlp.experts.{e}."
-                w[q + "gate_proj.weight"] = (c.moe_intermediate_size, h)
-                w[q + "up_proj.weight"] = (c.moe_intermediate_size, h)
-                w[q + "down_proj.weight"] = (h, c.moe_intermediate_size)
+            w[p + "mlp.experts.gate_up_proj"] = (c.num_experts, 2 * c.moe_intermediate_size, h)
+            w[p + "mlp.experts.down_proj"] = (c.num_experts, h, c.moe_intermediate_size)
         else:
             w[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
             w[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
@@ -140,11 +137,40 @@ def expected_weights(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
     return w
 
 
+def fuse_experts(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A checkpoint's per-expert weights (``mlp.experts.{e}.gate_proj.weight``, ``up_proj``,
+    ``down_proj``) stacked into ``mlp.experts.gate_up_proj`` (E, 2 I, H: each expert's gate rows,
+    then its up rows) and ``mlp.experts.down_proj`` (E, H, I); other names pass through."""
+    out = dict(state_dict)
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}.mlp.experts."
+        if p + "0.gate_proj.weight" not in out:
+            continue
+        names = {e: [f"{p}{e}.{w}.weight" for w in ("gate_proj", "up_proj", "down_proj")] for e in range(c.num_experts)}
+        for e, keys in names.items():
+            shapes = [(c.moe_intermediate_size, c.hidden_size)] * 2 + [(c.hidden_size, c.moe_intermediate_size)]
+            for key, shape in zip(keys, shapes):
+                t = out.get(key)
+                if not isinstance(t, torch.Tensor):
+                    raise WeightError(f"state_dict has no tensor {key!r}: expert {e} of layer {i} needs its gate, up and down weights")
+                if tuple(t.shape) != shape:
+                    raise ShapeError(f"state_dict[{key!r}] has shape {tuple(t.shape)}; this config needs {shape}")
+        out[p + "gate_up_proj"] = torch.stack([torch.cat([out[k[0]], out[k[1]]]) for k in names.values()])
+        out[p + "down_proj"] = torch.stack([out[k[2]] for k in names.values()])
+        for keys in names.values():
+            for k in keys:
+                del out[k]
+    return out
+
+
 def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The weights of ``state_dict`` the model reads, checked against ``c``. A tied checkpoint's
-    ``lm_head.weight`` (the embedding table itself) and rotary buffers are accepted and left out."""
+    ``lm_head.weight`` (the embedding table itself) and rotary buffers are accepted and left out;
+    per-expert MoE weights are stacked (``fuse_experts``)."""
     if not isinstance(state_dict, dict):
         raise WeightError(f"state_dict must be a dict of name -> torch.Tensor, got {type(state_dict).__name__}")
+    if c.is_moe:
+        state_dict = fuse_experts(c, state_dict)
     want = expected_weights(c)
     ignored = {k for k in state_dict if k.endswith("rotary_emb.inv_freq")}
     if c.tie_word_embeddings and "lm_head.weight" in state_dict:
@@ -174,10 +200,17 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
     return out
 
 
-def random_state_dict(c: Qwen3Config, seed: int = 0, residual_scale: float = 0.5) -> dict[str, torch.Tensor]:
+def random_state_dict(
+    c: Qwen3Config, seed: int = 0, residual_scale: float = 0.5, lm_head_peak: float = 0.0
+) -> dict[str, torch.Tensor]:
     """Random weights (seeded, on the CPU) in Hugging Face naming. Projections are scaled so that
     every layer adds about ``residual_scale`` times the norm of the embedding to the residual stream,
-    and norm weights are near 1: activations stay of order 1 through any number of layers."""
+    and norm weights are near 1: activations stay of order 1 through any number of layers.
+
+    ``lm_head_peak`` > 0 (untied heads): ``lm_head.weight`` = (peak * embed[perm] + noise) / sqrt(hidden)
+    for a random permutation ``perm``, so the logit of token perm^-1(t) stands out where the residual
+    stream still points along embed[t]: greedy decoding then has clear winners, far from bf16 ties,
+    for tests that compare generated tokens (larger ``residual_scale`` lets the context decide more)."""
     g = torch.Generator().manual_seed(seed)
     layers = max(1, c.num_hidden_layers)
 
@@ -188,9 +221,14 @@ def random_state_dict(c: Qwen3Config, seed: int = 0, residual_scale: float = 0.5
     for name, shape in expected_weights(c).items():
         if len(shape) == 1:
             sd[name] = (1 + 0.1 * torch.randn(*shape, generator=g)).to(c.dtype)
-        elif name.endswith(("o_proj.weight", "down_proj.weight")):
-            sd[name] = randn(*shape, scale=residual_scale / (shape[1] ** 0.5 * layers**0.5))
+        elif name.endswith(("o_proj.weight", "down_proj.weight", "down_proj")):
+            sd[name] = randn(*shape, scale=residual_scale / (shape[-1] ** 0.5 * layers**0.5))
         else:
-            sd[name] = randn(*shape, scale=1 / shape[1] ** 0.5)
-    sd["model.embed_tokens.weight"] = randn(c.vocab_size, c.hidden_size)
+            sd[name] = randn(*shape, scale=1 / shape[-1] ** 0.5)
+    embed = torch.randn(c.vocab_size, c.hidden_size, generator=g)
+    sd["model.embed_tokens.weight"] = embed.to(c.dtype)
+    if lm_head_peak and not c.tie_word_embeddings:
+        perm = torch.randperm(c.vocab_size, generator=g)
+        noise = torch.randn(c.vocab_size, c.hidden_size, generator=g)
+        sd["lm_head.weight"] = ((lm_head_peak * embed[perm] + noise) / c.hidden_size**0.5).to(c.dtype)
     return sd

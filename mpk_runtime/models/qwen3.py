@@ -170,9 +170,6 @@ class _Builder:
     def moe(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
         e, k, inter = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
-        experts = [f"{pre}mlp.experts.{j}." for j in range(e)]
-        w13 = torch.stack([torch.cat([self.w[x + "gate_proj.weight"], self.w[x + "up_proj.weight"]]) for x in experts])
-        w2 = torch.stack([self.w[x + "down_proj.weight"] for x in experts])
         logits = self.new(tag + "router_logits", n, e)
         router = self.attach(pre + "mlp.gate.weight")
         pk.linear_layer(input=hn, weight=router, output=logits, grid_dim=(g.router, 1, 1), block_dim=bd)
@@ -183,10 +180,10 @@ class _Builder:
         weights = self.new(tag + "topk_weights", n, k, dtype=torch.float32)
         pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=weights, **route, grid_dim=(1, 1, 1), block_dim=bd)
         act = self.new(tag + "expert_act", n, k, inter)
-        w13_t = self.attach(pre + "mlp.experts.gate_up_proj.weight", w13)
+        w13_t = self.attach(pre + "mlp.experts.gate_up_proj")
         pk.moe_w13_linear_layer(input=hn, weight=w13_t, **route, output=act, grid_dim=(g.experts, 1, 1), block_dim=bd)
         y = self.new(tag + "expert_out", n, k, c.hidden_size)
-        w2_t = self.attach(pre + "mlp.experts.down_proj.weight", w2)
+        w2_t = self.attach(pre + "mlp.experts.down_proj")
         pk.moe_w2_linear_layer(input=act, weight=w2_t, **route, output=y, grid_dim=(g.experts, 1, 1), block_dim=bd)
         pk.moe_mul_sum_add_layer(
             input=y, topk_weights=weights, residual=residual, output=out, grid_dim=(g.embed, 1, 1), block_dim=bd

@@ -11,7 +11,8 @@ Per layer: x -> RMSNorm -> q, k, v projections -> per-head RMSNorm of q and k ->
 at each token's position (base rope_theta, tables in the weights' dtype) -> causal attention, q head
 h reading kv head h // (H / H_kv), scaled by 1/sqrt(D) -> o projection + x -> RMSNorm -> MLP + that
 residual. MLP: down(silu(gate(x)) * up(x)); MoE: softmax over the k largest router logits (ties to
-the lower expert), each token's experts' silu(gate) * up -> down, summed with those weights.
+the lower expert), each token's experts' silu(gate) * up -> down, summed with those weights (the
+experts stacked as transformers 5 holds them: mlp.experts.gate_up_proj (E, 2 I, H), down_proj).
 """
 
 from __future__ import annotations
@@ -116,12 +117,13 @@ class Qwen3Reference:
         order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, : self.topk]
         weights = torch.softmax(logits.gather(1, order), dim=1)  # = softmax over all, top k, renormalized
         out = residual.float().clone()
+        w13, w2 = self.w(p + "mlp.experts.gate_up_proj"), self.w(p + "mlp.experts.down_proj")
+        inter = w2.shape[2]
         for t in range(x.shape[0]):
             for j, e in enumerate(order[t].tolist()):
-                q = f"{p}mlp.experts.{e}."
-                gate, up = self.lin(x[t : t + 1], q + "gate_proj.weight"), self.lin(x[t : t + 1], q + "up_proj.weight")
-                act = (F.silu(gate) * up).to(dt)
-                out[t] += weights[t, j] * self.lin(act, q + "down_proj.weight").to(dt).float()[0]
+                gate_up = x[t].float() @ w13[e].float().T  # the expert's gate rows, then its up rows
+                act = (F.silu(gate_up[:inter]) * gate_up[inter:]).to(dt)
+                out[t] += weights[t, j] * (act.float() @ w2[e].float().T).to(dt).float()
         return out.to(dt)
 
     def generate(self, prompt, max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
