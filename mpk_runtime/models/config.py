@@ -9,6 +9,7 @@ missing or unknown weight, ShapeError / DTypeError for a weight of the wrong sha
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -104,6 +105,19 @@ class Qwen3Config:
         d.setdefault("head_dim", d.get("hidden_size", 0) // max(1, d.get("num_attention_heads", 1)))
         if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):
             d["rope_theta"] = d["rope_parameters"].get("rope_theta", 1e6)
+        if d.get("num_experts") is None and d.get("num_local_experts"):
+            d["num_experts"] = d["num_local_experts"]  # transformers 5's name for it
+        if d.get("num_experts"):
+            if d.get("norm_topk_prob") is False:
+                raise ConfigError(
+                    "Qwen3Config.from_hf: norm_topk_prob=False; the runtime's MoE routing renormalizes the top-k weights "
+                    "(norm_topk_prob=True, as Qwen3-MoE checkpoints set it)"
+                )
+            if d.get("mlp_only_layers") or d.get("decoder_sparse_step", 1) != 1:
+                raise ConfigError(
+                    "Qwen3Config.from_hf: dense layers among MoE layers (mlp_only_layers / decoder_sparse_step) are not "
+                    "supported; every layer must be a MoE block"
+                )
         known = {f.name for f in fields(cls)} - {"dtype"}
         args = {k: d[k] for k in known if d.get(k) is not None}
         return cls(**{**args, **overrides})
@@ -185,7 +199,13 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
     extra = sorted(set(state_dict) - set(want) - ignored)
     if extra:
         near = difflib.get_close_matches(extra[0], list(want), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else "; check the config (layers, experts) against the checkpoint"
+        layer = re.match(r"model\.layers\.(\d+)\.", extra[0])
+        if layer and int(layer.group(1)) >= c.num_hidden_layers:
+            hint = f"; the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers}: check the config"
+        elif near:
+            hint = f"; did you mean {near[0]!r}?"
+        else:
+            hint = "; check the config (experts, tied embeddings) against the checkpoint"
         raise WeightError(f"state_dict has {len(extra)} weight(s) this config does not use, e.g. {extra[0]!r}{hint}")
     out = {}
     for name, shape in want.items():
