@@ -59,7 +59,9 @@ class Qwen3Config:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"Qwen3Config: {name}={v!r} must be a positive integer")
         if self.head_dim not in HEAD_DIMS:
-            raise ConfigError(f"Qwen3Config: head_dim={self.head_dim} is not supported by paged attention; use one of {HEAD_DIMS}")
+            raise ConfigError(
+                f"Qwen3Config: head_dim={self.head_dim} is not supported by paged attention; use one of {HEAD_DIMS}"
+            )
         heads, kv = self.num_attention_heads, self.num_key_value_heads
         if heads % kv or heads // kv not in GROUP_SIZES:
             raise ConfigError(
@@ -166,7 +168,9 @@ def fuse_experts(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[st
             for key, shape in zip(keys, shapes):
                 t = out.get(key)
                 if not isinstance(t, torch.Tensor):
-                    raise WeightError(f"state_dict has no tensor {key!r}: expert {e} of layer {i} needs its gate, up and down weights")
+                    raise WeightError(
+                        f"state_dict has no tensor {key!r}: expert {e} of layer {i} needs its gate, up and down weights"
+                    )
                 if tuple(t.shape) != shape:
                     raise ShapeError(f"state_dict[{key!r}] has shape {tuple(t.shape)}; this config needs {shape}")
         out[p + "gate_up_proj"] = torch.stack([torch.cat([out[k[0]], out[k[1]]]) for k in names.values()])
@@ -195,7 +199,9 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
         hint = ""
         if missing == ["lm_head.weight"]:
             hint = "; for an lm head tied to the embedding set Qwen3Config(tie_word_embeddings=True)"
-        raise WeightError(f"state_dict has no {missing[0]!r}{more}: every Hugging Face Qwen3 weight of this config is needed{hint}")
+        raise WeightError(
+            f"state_dict has no {missing[0]!r}{more}: every Hugging Face Qwen3 weight of this config is needed{hint}"
+        )
     extra = sorted(set(state_dict) - set(want) - ignored)
     if extra:
         near = difflib.get_close_matches(extra[0], list(want), n=1)
@@ -213,7 +219,9 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
         if not isinstance(t, torch.Tensor):
             raise WeightError(f"state_dict[{name!r}] must be a torch.Tensor, got {type(t).__name__}")
         if tuple(t.shape) != shape:
-            raise ShapeError(f"state_dict[{name!r}] has shape {tuple(t.shape)}; this config needs {shape}: check the config's sizes")
+            raise ShapeError(
+                f"state_dict[{name!r}] has shape {tuple(t.shape)}; this config needs {shape}: check the config's sizes"
+            )
         if t.dtype != c.dtype:
             raise DTypeError(f"state_dict[{name!r}] is {t.dtype}; the model runs in {c.dtype}: pass t.to({c.dtype})")
         out[name] = t

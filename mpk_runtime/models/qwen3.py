@@ -72,7 +72,8 @@ def build_qwen3(
 
 class _Builder:
     def __init__(self, pk: PersistentKernel, c: Qwen3Config, weights: dict[str, torch.Tensor], g: grid_plan.Qwen3Grids):
-        self.pk, self.c, self.g = pk, c, g
+        self.pk: Any = pk  # its layer methods are generated from the task registry (invisible to mypy)
+        self.c, self.g = c, g
         self.w = weights
         self.tokens = pk.params.max_num_batched_tokens
         self.bd = pk.block_dim
@@ -165,7 +166,9 @@ class _Builder:
         act = self.new(tag + "act", n, c.intermediate_size)
         pk.silu_mul_layer(input=mid, output=act, grid_dim=(groups, 1, 1), block_dim=bd)
         w_down = self.attach(pre + "mlp.down_proj.weight")
-        pk.linear_with_residual_layer(input=act, weight=w_down, residual=residual, output=out, grid_dim=(g.down, 1, 1), block_dim=bd)
+        pk.linear_with_residual_layer(
+            input=act, weight=w_down, residual=residual, output=out, grid_dim=(g.down, 1, 1), block_dim=bd
+        )
 
     def moe(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens

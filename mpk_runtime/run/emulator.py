@@ -23,7 +23,6 @@ from ..tasks import registry
 from ..tasks.spec import EmulationContext, TaskFailure, TaskSpec
 from . import batching, diagnostics
 
-
 # Called after every iteration with its index and the requests of its batch slots, in slot order.
 Observer = Callable[[int, list[int]], None]
 

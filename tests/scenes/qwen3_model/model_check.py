@@ -86,7 +86,9 @@ def check_generation(
             top = torch.topk(logits.float(), 2).values
             report.min_margin = min(report.min_margin, float(top[0] - top[1]))
             if seen is not None:
-                report.max_logit_err = max(report.max_logit_err, _close(seen.logits[(r, k)], logits, atol, f"request {r} step {k}"))
+                report.max_logit_err = max(
+                    report.max_logit_err, _close(seen.logits[(r, k)], logits, atol, f"request {r} step {k}")
+                )
                 _close(seen.hidden0[(r, k)], ref.hidden[0][-1], atol, f"request {r} step {k} layer 0 output")
                 report.steps_compared += 1
             if k + 1 < len(got[r]):

@@ -20,7 +20,12 @@ TINY = dict(
     num_hidden_layers=2,
     vocab_size=512,
 )
-PROMPTS = [[5, 17, 200, 3, 9], [400, 22, 31, 8, 77, 1, 64, 90, 11], [7, 300, 45], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23]]
+PROMPTS = [
+    [5, 17, 200, 3, 9],
+    [400, 22, 31, 8, 77, 1, 64, 90, 11],
+    [7, 300, 45],
+    [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23],
+]
 # Passed through to the kernel from the plugin's parameters for this arch and backend.
 RUNTIME_KEYS = ("target_cc", "watchdog_timeout", "num_workers", "num_local_schedulers", "emulate", "compile_only")
 
