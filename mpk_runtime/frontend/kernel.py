@@ -220,9 +220,7 @@ class PersistentKernel:
         self._profile_pending = self._profiler is not None
 
     def observe_iterations(self, callback) -> None:
-        """Emulated kernels: call ``callback(iteration, requests)`` after every iteration of a launch
-        (``requests``: the request of each batch slot), while ``pk.tensor(name)`` holds that
-        iteration's values. (On the GPU one launch runs every iteration inside the kernel.)"""
+        """Emulated: ``callback(iteration, requests of the batch slots)`` after every iteration of a launch."""
         if not isinstance(self._runner, EmulatedKernel):
             raise StateError(f"observe_iterations(): needs a compiled emulated kernel; this one is {self.backend}")
         self._runner.observer = callback
