@@ -46,6 +46,7 @@ from .errors import (
     ShapeError,
     StateError,
     WatchdogError,
+    WeightError,
 )
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ __all__ = [
     "ShapeError",
     "StateError",
     "WatchdogError",
+    "WeightError",
     "get_configurations_from_gpu",
     "run_emulated_ranks",
 ]

@@ -51,6 +51,10 @@ class GraphError(MpkError, ValueError):
     """The task graph is malformed (no layers, a tensor from another kernel, ...)."""
 
 
+class WeightError(MpkError, ValueError):
+    """A model's state_dict lacks a weight the config needs, or has one it does not use."""
+
+
 class MetaTensorError(MpkError, ValueError):
     """A meta tensor override has the wrong shape, dtype, device or contents."""
 

@@ -16,6 +16,7 @@ from ..codegen import dispatcher
 from ..errors import StateError
 from ..graph import CompiledGraph, DTensor, TaskGraph
 from ..run import gpu
+from ..run.emulator import EmulatedKernel
 from ..run.launcher import Module
 from ..run.start import RunInputs, Runner, start_runner
 from ..tasks.spec import TaskSpec
@@ -222,6 +223,12 @@ class PersistentKernel:
         self._graph.check_unchanged("launch")
         self._runner.launch(default_stream)
         self._profile_pending = self._profiler is not None
+
+    def observe_iterations(self, callback) -> None:
+        """Emulated: ``callback(iteration, requests of the batch slots)`` after every iteration of a launch."""
+        if not isinstance(self._runner, EmulatedKernel):
+            raise StateError(f"observe_iterations(): needs a compiled emulated kernel; this one is {self.backend}")
+        self._runner.observer = callback
 
     def compile_task_bodies(self):
         """The graph's task bodies as plain kernel launches (mpk_runtime.run.task_bodies.TaskBodies): one

@@ -35,6 +35,7 @@ class Tasks(Protocol):
     def begin(self) -> None: ...
     def prepare_next_batch(self, iteration: int) -> bool: ...
     def run_task(self, task: TaskInfo, iteration: int, seed: int) -> None: ...
+    def observe(self) -> list[int]: ...  # after an iteration: the tensors made current; the batch's requests
     def end(self) -> None: ...
 
 
@@ -51,6 +52,9 @@ class ReferenceTasks:
         self.specs = [registry.get(layer.task) for layer in self.graph.layers]
         self.planner = batching.BatchPlanner(self.cfg, self.meta)
         self.active = (self.cfg.max_num_batched_tokens, 0)
+
+    def observe(self) -> list[int]:
+        return list(self.planner.batch)
 
     def prepare_next_batch(self, iteration: int) -> bool:
         ready = self.planner.prepare_next_batch(iteration)
@@ -138,6 +142,11 @@ class HostTasks:
         raise EmulationError(
             f"emulated iteration {iteration}, task {t.id} {t.label} (layer {layer.name}, {layer.task}): {run.report}", run.report
         )
+
+    def observe(self) -> list[int]:
+        self.memory.copy_out()  # the tensors the tasks wrote, from the emulator's guarded copies
+        model = self.planner.model
+        return list(model.batch) if model is not None else []
 
     def end(self) -> None:
         self.memory.copy_out()

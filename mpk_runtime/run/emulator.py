@@ -14,6 +14,7 @@ each task spec's slice reference (``ReferenceTasks``; the Python model plans).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,9 @@ from ..graph.compiled import CompiledGraph, TaskInfo
 from . import batching, diagnostics
 from .emulated_tasks import HostTasks, ReferenceTasks, Tasks
 from .host_runner import HostModule
+
+# Called after every iteration with its index and the requests of its batch slots, in slot order.
+Observer = Callable[[int, list[int]], None]
 
 
 @dataclass
@@ -56,10 +60,11 @@ class EmulatedKernel:
             else ReferenceTasks(graph, tensors, meta, cfg)
         )
         self.launches = 0
+        self.observer: Observer | None = None
 
     def launch(self, stream: object = None) -> None:
         self.launches += 1
-        run(self.graph, self.tasks, seed=self.launches)
+        run(self.graph, self.tasks, seed=self.launches, after_iteration=self.observer)
 
     def harvest(self, timeout_ms: int) -> None:
         pass
@@ -80,9 +85,10 @@ def _check_tensors(graph: CompiledGraph, tensors: dict[str, torch.Tensor]) -> No
             )
 
 
-def run(graph: CompiledGraph, tasks: Tasks, seed: int = 0) -> EmulatedRun:
+def run(graph: CompiledGraph, tasks: Tasks, seed: int = 0, after_iteration: Observer | None = None) -> EmulatedRun:
     """Run the graph for as many iterations as prepare_next_batch allows (one in test mode), each
-    task by ``tasks``, in place."""
+    task by ``tasks``, in place; ``after_iteration`` sees every tensor after each iteration, before
+    the next prepare_next_batch."""
     rng = random.Random(seed)
     order: list[int] = []
     iteration = 0
@@ -90,6 +96,8 @@ def run(graph: CompiledGraph, tasks: Tasks, seed: int = 0) -> EmulatedRun:
     try:
         while tasks.prepare_next_batch(iteration):
             _run_iteration(graph, tasks, iteration, seed, rng, order)
+            if after_iteration is not None:
+                after_iteration(iteration, tasks.observe())
             iteration += 1
     finally:
         tasks.end()

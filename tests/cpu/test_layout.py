@@ -16,8 +16,9 @@ RUNTIME = Path(mpk_runtime.__file__).parent
 PLUGIN = Path(pytest_mpk.__file__).parent
 FOUNDATION = {"errors", "archs", "contract", "dtypes", "resources", "memory"}
 # The pipeline, in order: a stage may import itself and every stage before it. The front end is
-# the facade that drives the stages, so it comes after all of them; the CLI presents their results.
-STAGES = ["tasks", "graph", "codegen", "build", "run", "profile", "frontend", "cli"]
+# the facade that drives the stages, so it comes after all of them; models are built on the facade;
+# the CLI presents their results.
+STAGES = ["tasks", "graph", "codegen", "build", "run", "profile", "frontend", "models", "cli"]
 TOP = {"__init__", "harness"}  # the public API and the plugin's entry points may import any stage
 MAX_LINES = 300
 

@@ -1,0 +1,262 @@
+"""The shape of a Qwen3-style decoder (``Qwen3Config``) and the checks of a state_dict against it.
+
+Weights use the Hugging Face Qwen3 / Qwen3-MoE parameter names, so a checkpoint's state_dict can be
+passed as it is (``expected_weights`` lists every name with its shape). Every problem is raised
+before anything is attached to a kernel: ConfigError for an inconsistent config, WeightError for a
+missing or unknown weight, ShapeError / DTypeError for a weight of the wrong shape or dtype.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError, DTypeError, ShapeError, WeightError
+
+HEAD_DIMS = (64, 128)  # what the paged_attention layer supports
+GROUP_SIZES = (1, 2, 4, 8, 16)
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """A Qwen3 decoder: ``num_layers`` x (RMSNorm, q / k / v projections, per-head q / k RMSNorm,
+    rotary embedding, GQA attention, o projection + residual, RMSNorm, MLP + residual), a final
+    RMSNorm and the lm head. ``num_experts > 0`` makes every MLP a Qwen3-MoE block (a router, top
+    ``num_experts_per_tok`` experts of ``moe_intermediate_size``, weights renormalized over the k).
+    ``tie_word_embeddings``: the lm head is the embedding table (no ``lm_head.weight``)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    num_hidden_layers: int
+    vocab_size: int
+    rope_theta: float = 1e6
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    dtype: torch.dtype = torch.bfloat16
+
+    def __post_init__(self) -> None:
+        for name in (
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "num_hidden_layers",
+            "vocab_size",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"Qwen3Config: {name}={v!r} must be a positive integer")
+        if self.head_dim not in HEAD_DIMS:
+            raise ConfigError(
+                f"Qwen3Config: head_dim={self.head_dim} is not supported by paged attention; use one of {HEAD_DIMS}"
+            )
+        heads, kv = self.num_attention_heads, self.num_key_value_heads
+        if heads % kv or heads // kv not in GROUP_SIZES:
+            raise ConfigError(
+                f"Qwen3Config: num_attention_heads={heads} over num_key_value_heads={kv}: the q heads per kv head "
+                f"must be one of {GROUP_SIZES}; choose num_key_value_heads dividing num_attention_heads"
+            )
+        if not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 1:
+            raise ConfigError(f"Qwen3Config: rope_theta={self.rope_theta!r} must be a number > 1 (Qwen3: 1e6)")
+        if not isinstance(self.rms_norm_eps, (int, float)) or not self.rms_norm_eps > 0:
+            raise ConfigError(f"Qwen3Config: rms_norm_eps={self.rms_norm_eps!r} must be a positive number (Qwen3: 1e-6)")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"Qwen3Config: dtype={self.dtype} is not supported; use torch.bfloat16 or torch.float16")
+        if self.num_experts:
+            k, e, mi = self.num_experts_per_tok, self.num_experts, self.moe_intermediate_size
+            if not 1 <= k <= e or mi < 1:
+                raise ConfigError(
+                    f"Qwen3Config: a MoE model needs 1 <= num_experts_per_tok <= num_experts and moe_intermediate_size "
+                    f">= 1; got num_experts={e}, num_experts_per_tok={k}, moe_intermediate_size={mi}"
+                )
+        elif self.num_experts_per_tok or self.moe_intermediate_size:
+            raise ConfigError(
+                "Qwen3Config: num_experts_per_tok / moe_intermediate_size are set but num_experts=0 (a dense MLP); "
+                "set num_experts for a MoE model or leave them 0"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @classmethod
+    def from_hf(cls, hf: Any, **overrides: Any) -> Qwen3Config:
+        """From a Hugging Face Qwen3 / Qwen3-MoE config (a ``PretrainedConfig`` or its ``to_dict()``);
+        keys this model does not use are ignored, ``overrides`` win."""
+        d = dict(hf if isinstance(hf, dict) else hf.to_dict())
+        d.setdefault("head_dim", d.get("hidden_size", 0) // max(1, d.get("num_attention_heads", 1)))
+        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):
+            d["rope_theta"] = d["rope_parameters"].get("rope_theta", 1e6)
+        if d.get("num_experts") is None and d.get("num_local_experts"):
+            d["num_experts"] = d["num_local_experts"]  # transformers 5's name for it
+        if d.get("num_experts"):
+            if d.get("norm_topk_prob") is False:
+                raise ConfigError(
+                    "Qwen3Config.from_hf: norm_topk_prob=False; the runtime's MoE routing renormalizes the top-k weights "
+                    "(norm_topk_prob=True, as Qwen3-MoE checkpoints set it)"
+                )
+            if d.get("mlp_only_layers") or d.get("decoder_sparse_step", 1) != 1:
+                raise ConfigError(
+                    "Qwen3Config.from_hf: dense layers among MoE layers (mlp_only_layers / decoder_sparse_step) are not "
+                    "supported; every layer must be a MoE block"
+                )
+        known = {f.name for f in fields(cls)} - {"dtype"}
+        args = {k: d[k] for k in known if d.get(k) is not None}
+        return cls(**{**args, **overrides})
+
+
+def expected_weights(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
+    """Every weight the model reads, by its Hugging Face name, with its shape."""
+    h = c.hidden_size
+    w: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h)}
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = (h,)
+        w[p + "self_attn.q_proj.weight"] = (c.q_size, h)
+        w[p + "self_attn.k_proj.weight"] = (c.kv_size, h)
+        w[p + "self_attn.v_proj.weight"] = (c.kv_size, h)
+        w[p + "self_attn.q_norm.weight"] = (c.head_dim,)
+        w[p + "self_attn.k_norm.weight"] = (c.head_dim,)
+        w[p + "self_attn.o_proj.weight"] = (h, c.q_size)
+        w[p + "post_attention_layernorm.weight"] = (h,)
+        if c.is_moe:  # the experts stacked, as transformers (5.x) holds them; see fuse_experts
+            w[p + "mlp.gate.weight"] = (c.num_experts, h)
+            w[p + "mlp.experts.gate_up_proj"] = (c.num_experts, 2 * c.moe_intermediate_size, h)
+            w[p + "mlp.experts.down_proj"] = (c.num_experts, h, c.moe_intermediate_size)
+        else:
+            w[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
+            w[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
+            w[p + "mlp.down_proj.weight"] = (h, c.intermediate_size)
+    w["model.norm.weight"] = (h,)
+    if not c.tie_word_embeddings:
+        w["lm_head.weight"] = (c.vocab_size, h)
+    return w
+
+
+def fuse_experts(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A checkpoint's per-expert weights (``mlp.experts.{e}.gate_proj.weight``, ``up_proj``,
+    ``down_proj``) stacked into ``mlp.experts.gate_up_proj`` (E, 2 I, H: each expert's gate rows,
+    then its up rows) and ``mlp.experts.down_proj`` (E, H, I); other names pass through."""
+    out = dict(state_dict)
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}.mlp.experts."
+        if p + "0.gate_proj.weight" not in out:
+            continue
+        names = {e: [f"{p}{e}.{w}.weight" for w in ("gate_proj", "up_proj", "down_proj")] for e in range(c.num_experts)}
+        for e, keys in names.items():
+            shapes = [(c.moe_intermediate_size, c.hidden_size)] * 2 + [(c.hidden_size, c.moe_intermediate_size)]
+            for key, shape in zip(keys, shapes):
+                t = out.get(key)
+                if not isinstance(t, torch.Tensor):
+                    raise WeightError(
+                        f"state_dict has no tensor {key!r}: expert {e} of layer {i} needs its gate, up and down weights"
+                    )
+                if tuple(t.shape) != shape:
+                    raise ShapeError(f"state_dict[{key!r}] has shape {tuple(t.shape)}; this config needs {shape}")
+        out[p + "gate_up_proj"] = torch.stack([torch.cat([out[k[0]], out[k[1]]]) for k in names.values()])
+        out[p + "down_proj"] = torch.stack([out[k[2]] for k in names.values()])
+        for keys in names.values():
+            for k in keys:
+                del out[k]
+    return out
+
+
+def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of ``state_dict`` the model reads, checked against ``c``. A tied checkpoint's
+    ``lm_head.weight`` (the embedding table itself) and rotary buffers are accepted and left out;
+    per-expert MoE weights are stacked (``fuse_experts``)."""
+    if not isinstance(state_dict, dict):
+        raise WeightError(f"state_dict must be a dict of name -> torch.Tensor, got {type(state_dict).__name__}")
+    if c.is_moe:
+        state_dict = fuse_experts(c, state_dict)
+    want = expected_weights(c)
+    ignored = {k for k in state_dict if k.endswith("rotary_emb.inv_freq")}
+    if c.tie_word_embeddings and "lm_head.weight" in state_dict:
+        ignored.add("lm_head.weight")  # tied: the same table (HF state_dicts list both names)
+    missing = [k for k in want if k not in state_dict]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        hint = ""
+        if missing == ["lm_head.weight"]:
+            hint = "; for an lm head tied to the embedding set Qwen3Config(tie_word_embeddings=True)"
+        raise WeightError(
+            f"state_dict has no {missing[0]!r}{more}: every Hugging Face Qwen3 weight of this config is needed{hint}"
+        )
+    extra = sorted(set(state_dict) - set(want) - ignored)
+    if extra:
+        near = difflib.get_close_matches(extra[0], list(want), n=1)
+        layer = re.match(r"model\.layers\.(\d+)\.", extra[0])
+        if layer and int(layer.group(1)) >= c.num_hidden_layers:
+            hint = f"; the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers}: check the config"
+        elif near:
+            hint = f"; did you mean {near[0]!r}?"
+        else:
+            hint = "; check the config (experts, tied embeddings) against the checkpoint"
+        raise WeightError(f"state_dict has {len(extra)} weight(s) this config does not use, e.g. {extra[0]!r}{hint}")
+    out = {}
+    for name, shape in want.items():
+        t = state_dict[name]
+        if not isinstance(t, torch.Tensor):
+            raise WeightError(f"state_dict[{name!r}] must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ShapeError(
+                f"state_dict[{name!r}] has shape {tuple(t.shape)}; this config needs {shape}: check the config's sizes"
+            )
+        if t.dtype != c.dtype:
+            raise DTypeError(f"state_dict[{name!r}] is {t.dtype}; the model runs in {c.dtype}: pass t.to({c.dtype})")
+        out[name] = t
+    return out
+
+
+def random_state_dict(
+    c: Qwen3Config, seed: int = 0, residual_scale: float = 0.5, lm_head_peak: float = 0.0
+) -> dict[str, torch.Tensor]:
+    """Random weights (seeded, on the CPU) in Hugging Face naming. Projections are scaled so that
+    every layer adds about ``residual_scale`` times the norm of the embedding to the residual stream,
+    and norm weights are near 1: activations stay of order 1 through any number of layers.
+
+    ``lm_head_peak`` > 0 (untied heads): ``lm_head.weight`` = (peak * embed[perm] + noise) / sqrt(hidden)
+    for a random permutation ``perm``, so the logit of token perm^-1(t) stands out where the residual
+    stream still points along embed[t]: greedy decoding then has clear winners, far from bf16 ties,
+    for tests that compare generated tokens (larger ``residual_scale`` lets the context decide more)."""
+    g = torch.Generator().manual_seed(seed)
+    layers = max(1, c.num_hidden_layers)
+
+    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * scale).to(c.dtype)
+
+    sd = {}
+    for name, shape in expected_weights(c).items():
+        if len(shape) == 1:
+            sd[name] = (1 + 0.1 * torch.randn(*shape, generator=g)).to(c.dtype)
+        elif name.endswith(("o_proj.weight", "down_proj.weight", "down_proj")):
+            sd[name] = randn(*shape, scale=residual_scale / (shape[-1] ** 0.5 * layers**0.5))
+        else:
+            sd[name] = randn(*shape, scale=1 / shape[-1] ** 0.5)
+    embed = torch.randn(c.vocab_size, c.hidden_size, generator=g)
+    sd["model.embed_tokens.weight"] = embed.to(c.dtype)
+    if lm_head_peak and not c.tie_word_embeddings:
+        perm = torch.randperm(c.vocab_size, generator=g)
+        noise = torch.randn(c.vocab_size, c.hidden_size, generator=g)
+        sd["lm_head.weight"] = ((lm_head_peak * embed[perm] + noise) / c.hidden_size**0.5).to(c.dtype)
+    return sd

@@ -1,0 +1,66 @@
+"""How many tasks each layer of a Qwen3 model gets (its grid), from the model's shapes, the batch
+and the number of workers.
+
+The weight-streaming layers (the projections and the lm head) are memory bound at decode batch
+sizes: each wants at least one task per worker so that every SM streams its share, with slices of
+whole 8-row groups (the linear body's fast path). Attention splits each request's keys over grid z
+until requests x kv heads x z covers the workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .config import Qwen3Config
+
+ROW_GROUP = 8  # rows of a weight slice come in whole groups of 8 (the linear body's mma n)
+MAX_ATTENTION_SPLITS = 128  # paged_attention's grid z limit
+
+
+@dataclass(frozen=True)
+class Qwen3Grids:
+    """Grid x of every layer (attention: grid z), for ``build_qwen3``."""
+
+    embed: int  # splits hidden
+    qkv: int  # splits the q | k | v rows
+    attention_splits: int  # grid z of paged_attention
+    o_proj: int  # splits hidden
+    gate_up: int  # splits the interleaved gate / up rows; silu_mul gets half as many
+    down: int  # splits hidden
+    lm_head: int  # splits the vocabulary
+    argmax_parts: int  # argmax_partial's vocabulary chunks
+    router: int  # MoE: splits the experts
+    experts: int  # MoE: tasks sharing the routed expert work
+
+
+def tasks_for(rows: int, target: int, group: int = ROW_GROUP) -> int:
+    """The number of tasks for ``rows`` output rows: a divisor of rows // group (slices of whole
+    groups), the smallest one >= ``target``, else the largest there is. Rows not in whole groups: a
+    divisor of rows, the same way."""
+    units = rows // group if rows % group == 0 else rows
+    divisors = [d for d in range(1, units + 1) if units % d == 0]
+    above = [d for d in divisors if d >= target]
+    return above[0] if above else divisors[-1]
+
+
+def plan(c: Qwen3Config, num_workers: int, max_tokens: int, max_requests: int) -> Qwen3Grids:
+    """Grids for ``num_workers`` workers and a batch of ``max_tokens`` rows in ``max_requests`` slots."""
+    if num_workers < 1:
+        raise ConfigError(f"plan grids: num_workers={num_workers} must be >= 1")
+    w = num_workers
+    gate_up_groups = tasks_for(c.intermediate_size, max(1, w // 2))  # a group: [gate rows | up rows] of one silu_mul task
+    per_request = max_requests * c.num_key_value_heads
+    splits = max(1, min(MAX_ATTENTION_SPLITS, w // per_request))
+    return Qwen3Grids(
+        embed=tasks_for(c.hidden_size, 8, group=ROW_GROUP),
+        qkv=tasks_for(c.q_size + 2 * c.kv_size, w),
+        attention_splits=splits,
+        o_proj=tasks_for(c.hidden_size, w),
+        gate_up=2 * gate_up_groups,
+        down=tasks_for(c.hidden_size, w),
+        lm_head=tasks_for(c.vocab_size, w),
+        argmax_parts=tasks_for(c.vocab_size, w, group=1),
+        router=tasks_for(c.num_experts, max(1, c.num_experts // 8)) if c.is_moe else 0,
+        experts=w if c.is_moe else 0,
+    )

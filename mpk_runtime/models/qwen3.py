@@ -1,0 +1,193 @@
+"""A whole Qwen3 model in one task graph: ``build_qwen3(pk, config, state_dict)``.
+
+embedding of ``input_tokens`` -> num_layers x (RMSNorm -> qkv linear -> paged attention (q / k
+norm, RoPE, KV cache append, causal GQA) -> o_proj + residual -> RMSNorm -> MLP + residual) ->
+final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear -> SiLU-mul
+-> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
+routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual).
+
+Every layer is one of the registered tasks, so in offline mode one launch of the kernel runs the
+whole greedy decode: prepare_next_batch feeds each iteration's sampled tokens back as the next
+iteration's ``input_tokens``, until every request's row of ``tokens`` is full.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import ConfigError
+from . import grids as grid_plan
+from .config import Qwen3Config, check_state_dict
+
+if TYPE_CHECKING:
+    from ..frontend.kernel import PersistentKernel
+    from ..graph.tensors import DTensor
+
+
+@dataclass
+class Qwen3Graph:
+    """What ``build_qwen3`` declared: the grids it used, the runtime-owned intermediates by name
+    (``pk.tensor(name)`` reads one: ``"logits"``, ``"layers.0.hidden"``, ...) and the KV caches."""
+
+    config: Qwen3Config
+    grids: grid_plan.Qwen3Grids
+    k_caches: list[torch.Tensor] = field(default_factory=list)
+    v_caches: list[torch.Tensor] = field(default_factory=list)
+    intermediates: list[str] = field(default_factory=list)
+
+
+def rope_tables(rows: int, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos / sin (rows, head_dim) of the rotate-half convention: angle p * theta^(-2i / D) at position p,
+    the D/2 angles repeated for the second half; computed in fp64, stored in the model's dtype."""
+    inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(rows, dtype=torch.float64)[:, None] * inv[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def build_qwen3(
+    pk: PersistentKernel,
+    config: Qwen3Config,
+    state_dict: dict[str, torch.Tensor],
+    grids: grid_plan.Qwen3Grids | None = None,
+) -> Qwen3Graph:
+    """Declare the whole model on ``pk`` (not compiled yet): weights from ``state_dict`` (Hugging Face
+    Qwen3 names, checked against ``config``; moved to the kernel's device when elsewhere), a paged
+    KV cache per layer sized by the kernel's max_num_pages and page_size, and the layers. The batch is
+    the kernel's: max_num_batched_tokens rows, max_num_batched_requests slots. ``grids`` (default:
+    ``grids.plan`` for pk's workers) sets how many tasks each layer gets."""
+    weights = check_state_dict(config, state_dict)
+    p = pk.params
+    if p.max_num_batched_requests > p.max_num_batched_tokens:
+        raise ConfigError(
+            f"build_qwen3: max_num_batched_requests={p.max_num_batched_requests} exceeds max_num_batched_tokens="
+            f"{p.max_num_batched_tokens}; each request in a batch needs at least one token row"
+        )
+    g = grids or grid_plan.plan(config, p.num_workers, p.max_num_batched_tokens, p.max_num_batched_requests)
+    return _Builder(pk, config, weights, g).build()
+
+
+class _Builder:
+    def __init__(self, pk: PersistentKernel, c: Qwen3Config, weights: dict[str, torch.Tensor], g: grid_plan.Qwen3Grids):
+        self.pk: Any = pk  # its layer methods are generated from the task registry (invisible to mypy)
+        self.c, self.g = c, g
+        self.w = weights
+        self.tokens = pk.params.max_num_batched_tokens
+        self.bd = pk.block_dim
+        self.out = Qwen3Graph(c, g)
+
+    def attach(self, name: str, t: torch.Tensor | None = None) -> DTensor:
+        data = self.w[name] if t is None else t
+        return self.pk.attach_input(data.to(self.pk.device).contiguous(), name)
+
+    def new(self, name: str, *dims: int, dtype: torch.dtype | None = None) -> DTensor:
+        self.out.intermediates.append(name)
+        return self.pk.new_tensor(dims, dtype or self.c.dtype, name)
+
+    def build(self) -> Qwen3Graph:
+        pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
+        p = pk.params
+        cos, sin = rope_tables(p.max_seq_length, c.head_dim, c.rope_theta, c.dtype)
+        self.rope = (self.attach("rope.cos", cos), self.attach("rope.sin", sin))
+        embed = self.attach("model.embed_tokens.weight")
+        x = self.new("embed", n, c.hidden_size)
+        tokens_in = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
+        pk.embed_layer(input=tokens_in, weight=embed, output=x, grid_dim=(g.embed, 1, 1), block_dim=bd)
+        for i in range(c.num_hidden_layers):
+            x = self.layer(i, x)
+        xf = self.new("final_norm", n, c.hidden_size)
+        self.rmsnorm(x, self.attach("model.norm.weight"), xf)
+        lm_head = embed if c.tie_word_embeddings else self.attach("lm_head.weight")
+        logits = self.new("logits", n, c.vocab_size)
+        pk.linear_layer(input=xf, weight=lm_head, output=logits, grid_dim=(g.lm_head, 1, 1), block_dim=bd)
+        values = self.new("argmax.values", n, g.argmax_parts, dtype=torch.float32)
+        indices = self.new("argmax.indices", n, g.argmax_parts, dtype=torch.int64)
+        pk.argmax_partial_layer(input=logits, values=values, indices=indices, grid_dim=(g.argmax_parts, 1, 1), block_dim=bd)
+        tokens_out = pk.attach_input(pk.meta_tensors["output_tokens"], "output_tokens")
+        pk.argmax_reduce_layer(values=values, indices=indices, output=tokens_out, grid_dim=(1, 1, 1), block_dim=bd)
+        return self.out
+
+    def rmsnorm(self, x: DTensor, weight: DTensor, out: DTensor) -> None:
+        self.pk.rmsnorm_layer(
+            input=x, weight=weight, output=out, eps=self.c.rms_norm_eps, grid_dim=(self.tokens, 1, 1), block_dim=self.bd
+        )
+
+    def layer(self, i: int, x: DTensor) -> DTensor:
+        pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
+        p = pk.params
+        pre, tag = f"model.layers.{i}.", f"layers.{i}."
+        xn = self.new(tag + "attn_norm", n, c.hidden_size)
+        self.rmsnorm(x, self.attach(pre + "input_layernorm.weight"), xn)
+        qkv_rows = torch.cat([self.w[pre + f"self_attn.{w}_proj.weight"] for w in "qkv"])  # rows [q | k | v]
+        w_qkv = self.attach(pre + "self_attn.qkv_proj.weight", qkv_rows)
+        qkv = self.new(tag + "qkv", n, c.q_size + 2 * c.kv_size)
+        pk.linear_layer(input=xn, weight=w_qkv, output=qkv, grid_dim=(g.qkv, 1, 1), block_dim=bd)
+        cache_shape = (p.max_num_pages, p.page_size, c.num_key_value_heads, c.head_dim)
+        k_cache = torch.zeros(cache_shape, dtype=c.dtype, device=pk.device)
+        v_cache = torch.zeros(cache_shape, dtype=c.dtype, device=pk.device)
+        self.out.k_caches.append(k_cache)
+        self.out.v_caches.append(v_cache)
+        attn = self.new(tag + "attn", n, c.q_size)
+        pk.paged_attention_layer(
+            input=qkv,
+            k_cache=self.attach(tag + "k_cache", k_cache),
+            v_cache=self.attach(tag + "v_cache", v_cache),
+            q_norm=self.attach(pre + "self_attn.q_norm.weight"),
+            k_norm=self.attach(pre + "self_attn.k_norm.weight"),
+            cos_pos_embed=self.rope[0],
+            sin_pos_embed=self.rope[1],
+            output=attn,
+            eps=c.rms_norm_eps,
+            grid_dim=(p.max_num_batched_requests, c.num_key_value_heads, g.attention_splits),
+            block_dim=bd,
+        )
+        h = self.new(tag + "attn_out", n, c.hidden_size)
+        w_o = self.attach(pre + "self_attn.o_proj.weight")
+        pk.linear_with_residual_layer(input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd)
+        hn = self.new(tag + "mlp_norm", n, c.hidden_size)
+        self.rmsnorm(h, self.attach(pre + "post_attention_layernorm.weight"), hn)
+        out = self.new(tag + "hidden", n, c.hidden_size)
+        if c.is_moe:
+            self.moe(pre, tag, hn, h, out)
+        else:
+            self.mlp(pre, tag, hn, h, out)
+        return out
+
+    def mlp(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
+        pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
+        gate, up = self.attach(pre + "mlp.gate_proj.weight"), self.attach(pre + "mlp.up_proj.weight")
+        groups = g.gate_up // 2
+        w_gate_up = pk.shuffle_tensors([gate, up], shuffled_dim=0, num_groups=groups, name=pre + "mlp.gate_up_proj.weight")
+        mid = self.new(tag + "gate_up", n, 2 * c.intermediate_size)
+        pk.linear_layer(input=hn, weight=w_gate_up, output=mid, grid_dim=(g.gate_up, 1, 1), block_dim=bd)
+        act = self.new(tag + "act", n, c.intermediate_size)
+        pk.silu_mul_layer(input=mid, output=act, grid_dim=(groups, 1, 1), block_dim=bd)
+        w_down = self.attach(pre + "mlp.down_proj.weight")
+        pk.linear_with_residual_layer(
+            input=act, weight=w_down, residual=residual, output=out, grid_dim=(g.down, 1, 1), block_dim=bd
+        )
+
+    def moe(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
+        pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
+        e, k, inter = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
+        logits = self.new(tag + "router_logits", n, e)
+        router = self.attach(pre + "mlp.gate.weight")
+        pk.linear_layer(input=hn, weight=router, output=logits, grid_dim=(g.router, 1, 1), block_dim=bd)
+        route: dict[str, Any] = {
+            "routing_indices": self.new(tag + "routing_indices", e, n, dtype=torch.int32),
+            "expert_mask": self.new(tag + "expert_mask", e + 1, dtype=torch.int32),
+        }
+        weights = self.new(tag + "topk_weights", n, k, dtype=torch.float32)
+        pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=weights, **route, grid_dim=(1, 1, 1), block_dim=bd)
+        act = self.new(tag + "expert_act", n, k, inter)
+        w13_t = self.attach(pre + "mlp.experts.gate_up_proj")
+        pk.moe_w13_linear_layer(input=hn, weight=w13_t, **route, output=act, grid_dim=(g.experts, 1, 1), block_dim=bd)
+        y = self.new(tag + "expert_out", n, k, c.hidden_size)
+        w2_t = self.attach(pre + "mlp.experts.down_proj")
+        pk.moe_w2_linear_layer(input=act, weight=w2_t, **route, output=y, grid_dim=(g.experts, 1, 1), block_dim=bd)
+        pk.moe_mul_sum_add_layer(
+            input=y, topk_weights=weights, residual=residual, output=out, grid_dim=(g.embed, 1, 1), block_dim=bd
+        )
