@@ -11,18 +11,17 @@ from typing import Any
 import torch
 
 from ..build import artifacts, replay
-from ..build.cache import BuildResult, build_module
-from ..codegen import dispatcher
+from ..build.cache import BuildResult
 from ..errors import StateError
 from ..graph import CompiledGraph, DTensor, TaskGraph
 from ..run import gpu
 from ..run.emulator import EmulatedKernel
-from ..run.launcher import Module
-from ..run.start import RunInputs, Runner, start_runner
+from ..run.start import Runner
 from ..tasks.spec import TaskSpec
-from . import comm, meta, params
+from . import meta, params
+from .compiling import KernelState, compile_kernel
 from .layers import add_layer, bind_layer_methods
-from .lowering import check_attachable, lower
+from .lowering import check_attachable
 
 
 class PersistentKernel:
@@ -67,22 +66,16 @@ class PersistentKernel:
         reference: bool = False,
         **overrides: Any,
     ) -> PersistentKernel:
-        """A kernel for a directory written by ``compile(output_dir=...)``, for replaying it: its
-        ``test_rank{r}.cu`` is built as it is now (an edited file is rebuilt, an unchanged one comes
-        from the cache), its task graph is uploaded as saved, and ``tensors`` binds every tensor of
-        its signature by name (intermediates may be left out). ``overrides`` change init parameters.
-
-        The emulator runs the edited source too (``emulate=True``: the CUDA bodies on the CPU); its
-        slice-reference mode (``emulate="reference"``) cannot, and compile() refuses an edited source
-        there with an EmulationError, unless ``reference=True`` says that the run is the reference
-        for the edit (a replay's golden)."""
+        """A kernel replaying a ``compile(output_dir=...)`` directory: its ``test_rank{r}.cu`` built as
+        it is now (edited or not), its task graph as saved, ``tensors`` bound by signature name
+        (intermediates may be left out), ``overrides`` changing init parameters. The slice-reference
+        emulator refuses an edited source (EmulationError) unless ``reference=True`` (a replay's golden)."""
         plan = replay.plan(output_dir, rank)
         pk = replay.open_kernel(cls, plan, tensors, overrides)
         pk._replay = plan.output
         pk._replay_reference = reference
         return pk
 
-    # -- properties ------------------------------------------------------------------------------
     @property
     def test_mode(self) -> bool:
         return self._p.test_mode
@@ -124,19 +117,12 @@ class PersistentKernel:
         return "compile-only" if self._p.compile_only else "gpu"
 
     @property
-    def runs_source(self) -> bool:
-        """Whether a launch runs the compiled source (test_rank{r}.cu, edited or not): on the GPU or
-        as CUDA bodies on the CPU, but not with slice references, and not compile-only."""
-        return self.backend in ("gpu", "emulated")
-
-    @property
     def compiled_graph(self) -> CompiledGraph:
         """The compiled task graph (tasks, slices, dependencies, schedule), after compile()."""
         if self._compiled is None:
             raise StateError("compiled_graph: call compile() first")
         return self._compiled
 
-    # -- tensors ---------------------------------------------------------------------------------
     def attach_input(self, tensor: torch.Tensor, name: str) -> DTensor:
         """Register a tensor the kernel reads or writes (inputs, weights *and* outputs)."""
         self._check_open("attach_input")
@@ -169,14 +155,10 @@ class PersistentKernel:
             raise StateError(f"tensor({name!r}): a communication tensor's memory is allocated by compile(); call it first")
         return data
 
-    def _tensors(self) -> dict[str, torch.Tensor]:
-        return {name: t.data for name, t in self._graph.tensors.items()}
-
     def _add_layer(self, spec: TaskSpec, kwargs: dict[str, Any]) -> None:
         self._check_open(spec.layer_method)
         add_layer(self._graph, spec, kwargs, self.block_dim, self.arch, self._compiled is not None, self._p, self.device)
 
-    # -- compile and run -------------------------------------------------------------------------
     def compile(self, output_dir: str | Path | None = None) -> None:
         """Generate the dispatcher, build it (or load it from the cache) and, unless compile-only,
         upload the task graph. With ``output_dir``: write test_rank{r}.cu, task_graph_rank{r}.json
@@ -184,29 +166,14 @@ class PersistentKernel:
         self._check_open("compile")
         if self._compiled is not None:
             raise StateError("compile() was already called on this kernel")
-        p = self._p
-        self._graph.check_unchanged("compile()")
-        if self._replay is not None:
-            replay.check_runnable(self._replay, self.backend, self._replay_reference, self.arch)
-            source, graph, signature = self._replay.source, self._replay.graph, self._replay.signature
-        else:
-            source, graph, signature = lower(self._graph, p, self.arch)
-        self.build_result = build_module(source, self.arch, dispatcher.module_name_of(source))
-        module = Module(self.build_result.path)
-        if output_dir is not None:
-            overrides = {k: self.meta_tensors[k] for k in p.meta_tensors}
-            self.artifacts = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-        heap = comm.bind(self._graph, graph, p, self.backend, module, self.device)
-        inputs = RunInputs(
-            module, source, graph, self._tensors(), self.meta_tensors, self._batch, self.device, self.arch, self.block_dim[0]
-        )
-        try:
-            self._runner, self.host_build_result = start_runner(self.backend, inputs, p, self._profiler, heap)
-        except BaseException:
-            if heap is not None:
-                heap.close(synchronize=False)
-            raise
-        self._compiled = graph  # compiled: only now, so a failed compile leaves nothing half-set
+        state = KernelState(
+            self._graph, self._p, self.arch, self.backend, self.device, self.meta_tensors, self._batch,
+            self.block_dim[0], self._profiler, self._replay, self._replay_reference,
+        )  # fmt: skip
+        done = compile_kernel(state, output_dir)
+        self.build_result, self.host_build_result, self._runner = done.build_result, done.host_build_result, done.runner
+        self.artifacts = done.artifacts or self.artifacts
+        self._compiled = done.graph  # compiled: only now, so a failed compile leaves nothing half-set
 
     def __call__(self, default_stream: torch.cuda.Stream | None = None) -> None:
         """Launch the persistent kernel on ``default_stream`` (else the current stream). Returns at
@@ -239,14 +206,8 @@ class PersistentKernel:
             raise StateError("compile_task_bodies(): call compile() first")
         if self.backend != "gpu":
             raise StateError(f"compile_task_bodies(): task bodies run on the GPU; this kernel is {self.backend}")
-        return TaskBodies(
-            self._compiled,
-            self._tensors(),
-            self.meta_tensors,
-            self._batch,
-            self.arch,
-            self.device,
-        )
+        tensors = {name: t.data for name, t in self._graph.tensors.items()}
+        return TaskBodies(self._compiled, tensors, self.meta_tensors, self._batch, self.arch, self.device)
 
     def write_profile(self, trace_name: str | Path | None = None) -> dict[str, Path]:
         """Write ``<trace_name>.perfetto-trace`` and ``<trace_name>.csv`` from the last profiled launch
@@ -257,13 +218,9 @@ class PersistentKernel:
             raise StateError("write_profile(): pass params['profiler_tensor'] (uint64, on the GPU) to record a profile")
         self._runner.harvest(timeout_ms=-1)
         self._profile_pending = False
-        self.profile_paths = write_profile(
-            self._profiler,
-            self.compiled_graph,
-            self._p.num_workers,
-            self._p.num_local_schedulers,
-            trace_name or self._p.trace_name,
-        )
+        p = self._p
+        name = trace_name or p.trace_name
+        self.profile_paths = write_profile(self._profiler, self.compiled_graph, p.num_workers, p.num_local_schedulers, name)
         return self.profile_paths
 
     def synchronize(self, timeout: float | None = None) -> None:

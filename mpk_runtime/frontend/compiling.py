@@ -1,0 +1,73 @@
+"""What ``PersistentKernel.compile()`` does: the declared task graph (or a replayed directory's) is
+lowered to its source, compiled graph and signature, built (or found in the cache), written out
+when asked, given its communication memory, and handed to the runner of its backend. Enters: the
+kernel's graph and settings; leaves: a ``Compiled`` (the runner, the builds, the files written)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..build import artifacts, replay
+from ..build.cache import BuildResult, build_module
+from ..codegen import dispatcher
+from ..graph import CompiledGraph, TaskGraph
+from ..run.launcher import Module
+from ..run.start import RunInputs, Runner, start_runner
+from . import comm
+from .lowering import lower
+
+
+@dataclass
+class Compiled:
+    graph: CompiledGraph
+    build_result: BuildResult
+    runner: Runner | None  # None: compile-only
+    host_build_result: BuildResult | None  # the host build of the emulator of CUDA bodies
+    artifacts: dict[str, Path] = field(default_factory=dict)  # compile(output_dir=...)'s files
+
+
+@dataclass
+class KernelState:
+    """What compile() reads of a PersistentKernel."""
+
+    graph: TaskGraph
+    params: Any  # KernelParams
+    arch: str
+    backend: str
+    device: torch.device
+    meta_tensors: dict[str, torch.Tensor]
+    batch: Any  # BatchConfig at construction
+    worker_threads: int
+    profiler: torch.Tensor | None
+    replayed: artifacts.CompileOutput | None  # from_artifacts' directory
+    reference: bool  # from_artifacts(reference=True)
+
+
+def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
+    p = k.params
+    k.graph.check_unchanged("compile()")
+    if k.replayed is not None:
+        replay.check_runnable(k.replayed, k.backend, k.reference, k.arch)
+        source, graph, signature = k.replayed.source, k.replayed.graph, k.replayed.signature
+    else:
+        source, graph, signature = lower(k.graph, p, k.arch)
+    build_result = build_module(source, k.arch, dispatcher.module_name_of(source))
+    module = Module(build_result.path)
+    written: dict[str, Path] = {}
+    if output_dir is not None:
+        overrides = {name: k.meta_tensors[name] for name in p.meta_tensors}
+        written = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
+    heap = comm.bind(k.graph, graph, p, k.backend, module, k.device)
+    tensors = {name: t.data for name, t in k.graph.tensors.items()}
+    inputs = RunInputs(module, source, graph, tensors, k.meta_tensors, k.batch, k.device, k.arch, k.worker_threads)
+    try:
+        runner, host_build = start_runner(k.backend, inputs, p, k.profiler, heap)
+    except BaseException:
+        if heap is not None:
+            heap.close(synchronize=False)
+        raise
+    return Compiled(graph, build_result, runner, host_build, written)
