@@ -139,7 +139,7 @@ def check_expected(
         )
     mask = written.reshape(*written.shape, *([1] * (actual.dim() - written.dim()))).expand(actual.shape)
     problems = []
-    changed = ~mask & (_bits(actual) != _bits(before.detach().cpu()))
+    changed = ~mask & (bits(actual) != bits(before.detach().cpu()))
     if bool(changed.any()):
         where = ", ".join(str(tuple(i.tolist())) for i in changed.nonzero()[:5])
         problems.append(
@@ -157,8 +157,8 @@ def check_expected(
         raise MismatchError("\n".join(problems))
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's raw bits, so that NaN poison compares equal to itself."""
-    if t.dtype.is_floating_point and t.element_size() in (2, 4, 8):
-        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    if t.dtype.is_floating_point and t.element_size() in (1, 2, 4, 8):
+        return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
     return t

@@ -16,7 +16,7 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime import harness
 
-from . import compare, devices
+from . import compare, devices, guards
 from .goldens import compare_outputs, golden
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
@@ -126,12 +126,14 @@ def run_case(
         )
     device = torch.device("cuda", torch.cuda.current_device()) if setup.backend == devices.GPU else torch.device("cpu")
     inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
-    run_tensors = {}
+    run_tensors, guarded = {}, {}
     for name, v in args.items():
-        t = _copy(v.tensor if isinstance(v, Out) else v, device)
+        t, zones = guards.allocate(v.tensor if isinstance(v, Out) else v, device)
         if isinstance(v, Out) and not isinstance(v, InOut):
             compare.poison(t)
         run_tensors[name] = t
+        if zones is not None:
+            guarded[name] = zones
 
     clear = not _holds_replay(setup)  # never delete the directory a replay reads
     if clear:
@@ -202,7 +204,10 @@ def run_case(
             outs,
             {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
-        compare_outputs(scene, layer, case, outs, actual, expected, before)
+        untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
+        ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
+        damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
+        guards.raise_with(damage, lambda: compare_outputs(scene, layer, case, outs, actual, expected, before))
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         raise SceneFailure(_failure_text(e, setup, params, saved)) from None
@@ -214,12 +219,6 @@ def run_case(
                 setup.notes.append(f"finalize: {e}")
     if clear and not setup.keep_artifacts:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
-
-
-def _copy(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy of a generated tensor on ``device`` with the tensor's own strides, so the runtime's
-    rules (attach_input refuses a non-contiguous tensor) judge what the scene generated."""
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
 def _holds_replay(setup: Setup) -> bool:
