@@ -3,6 +3,7 @@ says how many elements are off, where the NaN / inf are, and which elements are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -124,10 +125,17 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
 
 
 def check_expected(
-    name: str, actual: torch.Tensor, expected: Any, before: torch.Tensor, rtol: float | None = None, atol: float | None = None
+    name: str,
+    actual: torch.Tensor,
+    expected: Any,
+    before: torch.Tensor,
+    rtol: float | None = None,
+    atol: float | None = None,
+    owner: Callable[[tuple[int, ...]], str] | None = None,
 ) -> None:
     """Check an output against an ``Expected``: its value where ``written``, and, elsewhere, the bits it
-    held before the run (nothing may have written there). MismatchError with both reports otherwise."""
+    held before the run (nothing may have written there). MismatchError with both reports otherwise.
+    ``owner(index)`` says whose output slice holds an element, for the report of changed ones."""
     value, written = expected.value, expected.written
     actual = actual.detach().cpu()
     if not isinstance(written, torch.Tensor) or written.dtype != torch.bool:
@@ -145,6 +153,7 @@ def check_expected(
         problems.append(
             f"output {name!r}: {int(changed.sum())} elements that no task should write were changed (first at {where}); "
             f"the golden marks them unwritten (Expected(written=...))"
+            + (f"; {owner(tuple(int(i) for i in changed.nonzero()[0]))}" if owner else "")
         )
     if not isinstance(value, torch.Tensor):
         raise MismatchError(f"output {name!r}: the golden's Expected value is a {type(value).__name__}, not a tensor")

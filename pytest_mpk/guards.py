@@ -73,7 +73,9 @@ def check(guarded: dict[str, Guarded], graph: Any) -> list[str]:
                 first, last = GUARD_BYTES - int(hit[-1]), GUARD_BYTES - int(hit[0])
                 where = f"bytes {first}..{last} before its start (element -{(first + size - 1) // size})"
                 edge = tuple(0 for _ in g.tensor.shape)
-            problems.append(f"tensor {name!r}: {hit.numel()} guard bytes written at {where}; {_neighbours(graph, name, edge, side)}")
+            problems.append(
+                f"tensor {name!r}: {hit.numel()} guard bytes written at {where}; {_neighbours(graph, name, edge, side)}"
+            )
     return problems
 
 
@@ -156,6 +158,19 @@ def _owners(graph: Any, name: str, index: tuple[int, ...]) -> str:
         return f"no task reads {name}{list(index)}"
     listed = "; ".join(f"{describe(graph, t)} reads {_text(s)}" for t, s in owners[:SHOWN])
     return f"the element lies in the input slice of {listed}"
+
+
+def owner_of(graph: Any, name: str) -> Callable[[tuple[int, ...]], str]:
+    """index -> who writes that element of output ``name``: the task(s) whose output slice holds it."""
+
+    def owner(index: tuple[int, ...]) -> str:
+        owners = [(t, s) for t, s in _slices(graph, name, True) if _contains(s, index)]
+        if not owners:
+            return f"no task's output slice holds {name}{list(index)}"
+        listed = "; ".join(f"{describe(graph, t)} writes {_text(s)}" for t, s in owners[:SHOWN])
+        return f"its output slice: {listed}"
+
+    return owner
 
 
 def _nearest_before(graph: Any, name: str, index: tuple[int, ...]) -> str:

@@ -16,7 +16,7 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime import harness
 
-from . import compare, devices, guards
+from . import compare, devices, guards, sanitize
 from .goldens import compare_outputs, golden
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
@@ -190,6 +190,8 @@ def run_case(
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
+        if setup.backend == devices.GPU:
+            sanitize.record_addresses(setup.artifacts, run_tensors)
         pk()
         pk.synchronize(timeout=setup.hang_timeout + 60)
         if setup.profile and setup.backend == devices.GPU:
@@ -207,7 +209,7 @@ def run_case(
         untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
         ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
         damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
-        guards.raise_with(damage, lambda: compare_outputs(scene, layer, case, outs, actual, expected, before))
+        guards.raise_with(damage, lambda: compare_outputs(scene, layer, case, outs, actual, expected, before, pk.compiled_graph))
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         raise SceneFailure(_failure_text(e, setup, params, saved)) from None

@@ -96,9 +96,7 @@ def graph(*outputs: tuple[int, tuple[int, ...], tuple[int, ...]], shape=(4, 2)):
         for i, lo, hi in outputs
     ]
     layer = types.SimpleNamespace(name="probe_0", task="noop")
-    return types.SimpleNamespace(
-        tasks=tasks, layers=[layer], tensor=lambda name: types.SimpleNamespace(shape=shape)
-    )
+    return types.SimpleNamespace(tasks=tasks, layers=[layer], tensor=lambda name: types.SimpleNamespace(shape=shape))
 
 
 def test_a_written_element_that_no_slice_covers_names_the_slice_before_it() -> None:
@@ -137,3 +135,30 @@ def test_a_guard_hit_on_a_tensor_no_task_touches_is_a_stray_pointer() -> None:
 def test_a_non_contiguous_tensor_keeps_its_strides_and_gets_no_guards() -> None:
     t, zones = guards.allocate(torch.zeros(4, 2).t(), torch.device("cpu"))
     assert zones is None and not t.is_contiguous()
+
+
+def test_a_row_written_against_expected_names_the_task_whose_slice_holds_it(pytester, scenes) -> None:
+    """Row 1 stands for an inactive token's row: the golden says nothing may write it."""
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import Case, Expected, scene_test
+        from scenes import NormScene, rmsnorm
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def compute_golden(self, args, params):
+                return Expected(rmsnorm(args.input, args.weight), written=torch.tensor([True, False]))
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "output 'output': 256 elements that no task should write were changed (first at (1, 0), *); the golden "
+            "marks them unwritten (Expected(written=...)); its output slice: task 1 (*, layer rmsnorm_0, rmsnorm) "
+            "writes output[[]1:2, 0:256[]]",
+        ]
+    )
