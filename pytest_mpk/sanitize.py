@@ -155,7 +155,6 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         str(ERROR_EXIT),
         "--print-limit",
         "50",
-        *(["--racecheck-report", "hazard"] if tool == "racecheck" else []),
         sys.executable,
         "-m",
         "pytest",
