@@ -3,6 +3,7 @@ one), run it on the chosen backend, compute the golden, compare, and keep artifa
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import types
@@ -192,8 +193,8 @@ def run_case(
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
         if setup.backend == devices.GPU:
             sanitize.record_addresses(setup.artifacts, run_tensors)
-        pk()
-        pk.synchronize(timeout=setup.hang_timeout + 60)
+        if not _ran(pk, setup, case):
+            return
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
         actual = {n: run_tensors[n].cpu() for n in outs}
@@ -221,6 +222,21 @@ def run_case(
                 setup.notes.append(f"finalize: {e}")
     if clear and not setup.keep_artifacts:
         shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _ran(pk, setup: Setup, case: Case | None) -> bool:
+    """Run the kernel; False when it failed as ``case.raises`` expects (the case passes)."""
+    try:
+        pk()
+        pk.synchronize(timeout=setup.hang_timeout + 60)
+    except mpk.KernelError as e:
+        if case is None or case.raises is None or not re.search(case.raises, str(e)):
+            raise
+        setup.notes.append(f"failed as expected: {str(e).splitlines()[0]}")
+        return False
+    if case is not None and case.raises is not None:
+        raise AssertionError(f"the kernel ran to the end, but the case expects it to fail with an error matching {case.raises!r}")
+    return True
 
 
 def _holds_replay(setup: Setup) -> bool:
