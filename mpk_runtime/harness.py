@@ -15,6 +15,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     mpi_world()                the ranks' keyed message channel (MPI started), None outside an MPI job
     first_batch_meta(params)   the meta tensors of the first iteration, from init parameters (the model)
     model_batches(params)      ... and of every iteration of a launch
+    CSRC                       the csrc directory the builds include (sanitizer findings name files in it)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from .archs import ARCHS
 from .archs import NAMES as ARCH_NAMES
 from .contract import META_TENSORS as META_TENSOR_NAMES
+from .resources import CSRC
 
 PORTABLE_ARCHS: tuple[str, ...] = tuple(a.name for a in ARCHS.values() if not a.native)
 
@@ -134,6 +136,7 @@ __all__ = [
     "first_batch_meta",
     "model_batches",
     "ARCH_NAMES",
+    "CSRC",
     "META_TENSOR_NAMES",
     "PORTABLE_ARCHS",
     "draw_swimlane",

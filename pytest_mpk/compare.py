@@ -3,6 +3,7 @@ says how many elements are off, where the NaN / inf are, and which elements are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -124,10 +125,17 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
 
 
 def check_expected(
-    name: str, actual: torch.Tensor, expected: Any, before: torch.Tensor, rtol: float | None = None, atol: float | None = None
+    name: str,
+    actual: torch.Tensor,
+    expected: Any,
+    before: torch.Tensor,
+    rtol: float | None = None,
+    atol: float | None = None,
+    owner: Callable[[tuple[int, ...]], str] | None = None,
 ) -> None:
     """Check an output against an ``Expected``: its value where ``written``, and, elsewhere, the bits it
-    held before the run (nothing may have written there). MismatchError with both reports otherwise."""
+    held before the run (nothing may have written there). MismatchError with both reports otherwise.
+    ``owner(index)`` says whose output slice holds an element, for the report of changed ones."""
     value, written = expected.value, expected.written
     actual = actual.detach().cpu()
     if not isinstance(written, torch.Tensor) or written.dtype != torch.bool:
@@ -139,12 +147,13 @@ def check_expected(
         )
     mask = written.reshape(*written.shape, *([1] * (actual.dim() - written.dim()))).expand(actual.shape)
     problems = []
-    changed = ~mask & (_bits(actual) != _bits(before.detach().cpu()))
+    changed = ~mask & (bits(actual) != bits(before.detach().cpu()))
     if bool(changed.any()):
         where = ", ".join(str(tuple(i.tolist())) for i in changed.nonzero()[:5])
         problems.append(
             f"output {name!r}: {int(changed.sum())} elements that no task should write were changed (first at {where}); "
             f"the golden marks them unwritten (Expected(written=...))"
+            + (f"; {owner(tuple(int(i) for i in changed.nonzero()[0]))}" if owner else "")
         )
     if not isinstance(value, torch.Tensor):
         raise MismatchError(f"output {name!r}: the golden's Expected value is a {type(value).__name__}, not a tensor")
@@ -157,8 +166,8 @@ def check_expected(
         raise MismatchError("\n".join(problems))
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's raw bits, so that NaN poison compares equal to itself."""
-    if t.dtype.is_floating_point and t.element_size() in (2, 4, 8):
-        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    if t.dtype.is_floating_point and t.element_size() in (1, 2, 4, 8):
+        return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
     return t

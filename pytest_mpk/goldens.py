@@ -11,7 +11,7 @@ import torch
 
 from mpk_runtime import harness
 
-from . import compare
+from . import compare, guards
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
 
@@ -61,10 +61,18 @@ def as_outputs(result: Any, outputs: list[str], where: str = "the golden") -> di
 
 
 def compare_outputs(
-    scene: SceneTestCase, layer: str, case: Case | None, outs: list[str], actual: dict, expected: dict, before: dict
+    scene: SceneTestCase,
+    layer: str,
+    case: Case | None,
+    outs: list[str],
+    actual: dict,
+    expected: dict,
+    before: dict,
+    graph: Any = None,
 ) -> None:
     """The scene's ``compare``, else every output against its golden (checked to be comparable
-    first); MismatchError with every output's report."""
+    first); MismatchError with every output's report. With the compiled ``graph``, an element
+    written against the golden's Expected(written=...) is reported with the task whose slice holds it."""
     scene_compare = getattr(scene, "compare", None)
     if scene_compare is not None:
         scene_compare(actual, expected, case)
@@ -76,7 +84,8 @@ def compare_outputs(
         try:
             compare.check_golden(golden_of(scene, layer), name, want.value if isinstance(want, Expected) else want, actual[name])
             if isinstance(want, Expected):
-                compare.check_expected(name, actual[name], want, before[name], rtol, atol)
+                owner = guards.owner_of(graph, name) if graph is not None else None
+                compare.check_expected(name, actual[name], want, before[name], rtol, atol, owner)
             else:
                 compare.check(name, actual[name], want, rtol, atol)
         except compare.MismatchError as e:

@@ -230,6 +230,11 @@ class _SceneItem(pytest.Item):
 
                 run_ranks(self, params, case, setup, world_size)
                 return
+            if mpk.sanitizer is not None and setup.backend == devices.GPU:
+                from . import sanitize
+
+                sanitize.run(mpk.sanitizer, mpk.sanitize, setup.repro, mpk.hang_timeout, setup.artifacts, self.config.rootpath)
+                return
             run_case(
                 self.scene_class.cls(),
                 self.scene_class.layer,

@@ -12,7 +12,7 @@ import argparse
 
 import pytest
 
-from . import devices
+from . import devices, sanitize
 from .items import SceneClass
 from .scene import scene_info
 from .session import BACKEND_PROPERTY, SESSION_KEY, MpkSession
@@ -157,6 +157,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="Record a Perfetto trace, a CSV and a swimlane picture of every GPU case",
+    )
+    group.addoption(
+        "--mpk-sanitize",
+        dest="mpk_sanitize",
+        metavar="TOOL",
+        type=_one_of(*sanitize.TOOLS),
+        help="Rerun each GPU case in a subprocess under compute-sanitizer with this tool (memcheck, racecheck, "
+        "synccheck or initcheck) and fail it with the findings, mapped to tasks (10 to 100 times slower)",
     )
     parser.addini("mpk_arch", "Default --arch", default="auto")
     parser.addini("mpk_backend", "Default --mpk-backend", default="auto")

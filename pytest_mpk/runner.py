@@ -3,6 +3,7 @@ one), run it on the chosen backend, compute the golden, compare, and keep artifa
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import types
@@ -16,7 +17,7 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime import harness
 
-from . import compare, devices
+from . import compare, devices, guards, sanitize
 from .goldens import compare_outputs, golden
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
@@ -126,12 +127,14 @@ def run_case(
         )
     device = torch.device("cuda", torch.cuda.current_device()) if setup.backend == devices.GPU else torch.device("cpu")
     inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in args.items()}
-    run_tensors = {}
+    run_tensors, guarded = {}, {}
     for name, v in args.items():
-        t = _copy(v.tensor if isinstance(v, Out) else v, device)
+        t, zones = guards.allocate(v.tensor if isinstance(v, Out) else v, device)
         if isinstance(v, Out) and not isinstance(v, InOut):
             compare.poison(t)
         run_tensors[name] = t
+        if zones is not None:
+            guarded[name] = zones
 
     clear = not _holds_replay(setup)  # never delete the directory a replay reads
     if clear:
@@ -188,8 +191,10 @@ def run_case(
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
-        pk()
-        pk.synchronize(timeout=setup.hang_timeout + 60)
+        if setup.backend == devices.GPU:
+            sanitize.record_addresses(setup.artifacts, run_tensors)
+        if not _ran(pk, setup, case):
+            return
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
         actual = {n: run_tensors[n].cpu() for n in outs}
@@ -202,7 +207,10 @@ def run_case(
             outs,
             {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
-        compare_outputs(scene, layer, case, outs, actual, expected, before)
+        untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
+        ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
+        damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
+        guards.raise_with(damage, lambda: compare_outputs(scene, layer, case, outs, actual, expected, before, pk.compiled_graph))
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         raise SceneFailure(_failure_text(e, setup, params, saved)) from None
@@ -216,10 +224,19 @@ def run_case(
         shutil.rmtree(setup.artifacts, ignore_errors=True)
 
 
-def _copy(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A copy of a generated tensor on ``device`` with the tensor's own strides, so the runtime's
-    rules (attach_input refuses a non-contiguous tensor) judge what the scene generated."""
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
+def _ran(pk, setup: Setup, case: Case | None) -> bool:
+    """Run the kernel; False when it failed as ``case.raises`` expects (the case passes)."""
+    try:
+        pk()
+        pk.synchronize(timeout=setup.hang_timeout + 60)
+    except mpk.KernelError as e:
+        if case is None or case.raises is None or not re.search(case.raises, str(e)):
+            raise
+        setup.notes.append(f"failed as expected: {str(e).splitlines()[0]}")
+        return False
+    if case is not None and case.raises is not None:
+        raise AssertionError(f"the kernel ran to the end, but the case expects it to fail with an error matching {case.raises!r}")
+    return True
 
 
 def _holds_replay(setup: Setup) -> bool:

@@ -18,6 +18,7 @@ torch-free arch table of mpk_runtime, when a Case names archs), so loading the p
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +70,8 @@ class Case:
 
     ``archs`` limits the archs it runs on; ``rtol`` / ``atol`` override the dtype defaults for every
     output and ``tolerances={"output": (rtol, atol)}`` for one; ``manual=True`` cases run only when
-    picked with ``--mpk-case Class::name``."""
+    picked with ``--mpk-case Class::name``; ``raises="regex"``: the kernel must fail with a
+    KernelError whose message matches (a task's error on invalid meta data, say)."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -78,6 +80,7 @@ class Case:
     atol: float | None = None
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
     manual: bool = False
+    raises: str | None = None
 
     def __init__(
         self,
@@ -88,6 +91,7 @@ class Case:
         atol: float | None = None,
         tolerances: dict[str, tuple[float, float]] | None = None,
         manual: bool = False,
+        raises: str | None = None,
         **params: Any,
     ):
         if not isinstance(name, str) or not name or any(c in name for c in "[]:/ "):
@@ -98,6 +102,12 @@ class Case:
         if bad:
             raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCH_NAMES)}")
         self.name, self.params, self.manual = name, params, manual
+        if raises is not None:
+            try:
+                re.compile(raises)
+            except (re.error, TypeError) as e:
+                raise ValueError(f"Case {name!r}: raises={raises!r} must be a regular expression ({e})") from None
+        self.raises = raises
         self.archs = tuple(archs) if archs is not None else None
         check_tolerance(f"Case {name!r}", rtol, atol)
         if not isinstance(tolerances or {}, dict):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from . import devices
+from . import devices, sanitize
 
 SESSION_KEY = pytest.StashKey["MpkSession"]()
 BACKEND_PROPERTY = "mpk_backend"  # user property of every item that ran a kernel: which backend did
@@ -59,6 +59,8 @@ class MpkSession:
         self.replay: Path | None = Path(opt.mpk_replay).resolve() if opt.mpk_replay else None
         self.profile: bool = opt.mpk_profile
         self.sweep_examples: int | None = opt.mpk_sweep_examples
+        self.sanitize: str | None = None if os.environ.get(sanitize.CHILD) else opt.mpk_sanitize
+        self.sanitizer = sanitize.check_usable(self.sanitize, devices.visible_gpus()) if self.sanitize else None
         # The quick sweep unless more examples, or a Hypothesis profile, were asked for on the command line.
         self.cases_prebuilt = False  # items.py builds every case's module before the first runs
         self.quick_sweeps: bool = self.sweep_examples is None and config.getoption("hypothesis_profile", None) is None

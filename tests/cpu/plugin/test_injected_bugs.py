@@ -123,3 +123,29 @@ def test_prepare_next_batch_with_a_wrong_last_page_length(pytester, inject):
             "device wrote 0, the model 1 *"
         ]
     )
+
+
+def test_rmsnorm_with_eps_outside_the_square_root(pytester, inject):
+    """rsqrt(mean) + eps: invisible at unit magnitudes, wrong where eps outweighs mean(x^2)."""
+    inject(
+        "tasks/common/rmsnorm.cuh",
+        "        }\n      }\n      float const scale = rsqrtf(block_reduce(ss, SumOp()) / HIDDEN + eps);",
+        "        }\n      }\n      float const scale = rsqrtf(block_reduce(ss, SumOp()) / HIDDEN) + eps;",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024_tiny")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["output 'output' (bfloat16, shape (8, 1024)) differs from the golden *"])
+
+
+def test_embed_accepting_a_token_id_equal_to_the_vocabulary_size(pytester, inject):
+    """tok > VOCAB: id 50 of a 50-row table reads the row after the table instead of failing. The
+    emulator's guard page stops the read; on the GPU the case fails as the kernel does not."""
+    at = inject("tasks/common/embed.cuh", "tok >= VOCAB", "tok > VOCAB")
+    result = run_scene(pytester, "embed/test_embed.py", "TestEmbed::b5_v50_h100_id_vocab")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "emulated iteration 0, task * (layer embed_0, embed): out-of-bounds access in task *: thread * reads past "
+            f"the end of tensor weight at {at}:*"
+        ]
+    )

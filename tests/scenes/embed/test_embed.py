@@ -4,10 +4,15 @@ import torch
 
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
+OUTSIDE = r"token id {} is outside the vocabulary \[0, {}\)"
+
 
 def prompt(params):
     g = torch.Generator().manual_seed(params["batch"] * 7919 + params["vocab"])
-    return torch.randint(0, params["vocab"], (1, params["batch"]), generator=g, dtype=torch.int64)
+    tokens = torch.randint(0, params["vocab"], (1, params["batch"]), generator=g, dtype=torch.int64)
+    if params.get("bad_token") is not None:  # an id at the vocabulary's edge (or past it) must fail the task
+        tokens[0, params["batch"] // 2] = params["bad_token"]
+    return tokens
 
 
 @scene_test(layer="embed")
@@ -16,6 +21,8 @@ class TestEmbed(SceneTestCase):
         Case("b1_v32000_h4096", batch=1, vocab=32000, hidden=4096, tasks=16),
         Case("b16_v1000_h1024", batch=16, vocab=1000, hidden=1024, tasks=8),
         Case("b5_v50_h100", batch=5, vocab=50, hidden=100, tasks=4),  # 25 columns a task: the scalar path
+        Case("b5_v50_h100_id_vocab", batch=5, vocab=50, hidden=100, tasks=4, bad_token=50, raises=OUTSIDE.format(50, 50)),
+        Case("b5_v50_h100_id_last", batch=5, vocab=50, hidden=100, tasks=4, bad_token=49),  # the last row is valid
     ]
 
     def kernel_params(self, params):
