@@ -379,8 +379,11 @@ class SweepItem(_SceneItem):
 
         # Each sweep its own key in Hypothesis' example database (as its pytest plugin does for
         # parametrized tests), so saved failures replay in the sweep that found them; and, being
-        # derandomized by that digest, the quick sweep draws the same examples in every run.
-        sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = self.nodeid.encode()
+        # derandomized by that digest, the quick sweep draws the same examples in every run. The key
+        # leaves out the rootdir (it moves with where pytest starts), so a run from another directory
+        # (an installed package's users, CI outside the checkout) draws the same examples too.
+        key = f"{self.path.parent.name}/{self.path.name}::{self.scene_class.cls.__qualname__}::{self.name}"
+        sweep_case.hypothesis.inner_test._hypothesis_internal_add_digest = key.encode()
         if collecting[0]:
             sweep_case()  # draws the examples only: derandomized, the run below draws the same ones
             collecting[0] = False

@@ -148,6 +148,18 @@ def test_quick_sweep_runs_the_same_few_examples_every_run(pytester: pytest.Pytes
     assert len(first) == profiles.QUICK_SWEEP["max_examples"]
 
 
+def test_quick_sweep_draws_the_same_examples_from_another_rootdir(pytester: pytest.Pytester, scenes) -> None:
+    """The examples do not depend on where pytest starts (the node id moves with the rootdir), so a
+    run outside the checkout, as CI runs the installed wheel, finds the checkout's modules."""
+    pytester.mkdir("suite")
+    pytester.makepyfile(**{"suite/test_scene": RECORDING})
+    (pytester.path / "suite" / "scenes.py").write_text((pytester.path / "scenes.py").read_text())
+    pytester.runpytest_inprocess("suite").assert_outcomes(passed=1)
+    first = _examples(pytester)
+    pytester.runpytest_inprocess("suite", "--rootdir", str(pytester.path / "suite")).assert_outcomes(passed=1)
+    assert _examples(pytester) == first
+
+
 def test_sweep_examples_option_gives_the_long_sweep(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=RECORDING)
     pytester.runpytest_inprocess("--mpk-sweep-examples", "12").assert_outcomes(passed=1)
