@@ -11,7 +11,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-SHIPPED = {"csrc": ("*.cuh", "*.h", "*.cu"), "reference": ("pytorch_reference.py",)}
+# csrc: the CUDA sources, and the host emulator's own C++ (csrc/emulation/*.cpp, built on the user's machine).
+SHIPPED = {"csrc": ("*.cuh", "*.h", "*.cu", "*.cpp"), "reference": ("pytorch_reference.py",)}
 
 
 def shipped_files() -> list[Path]:

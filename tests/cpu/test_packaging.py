@@ -41,12 +41,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_carries_csrc_and_the_references(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = [
-        p.relative_to(ROOT)
-        for d in ("csrc", "reference")
-        for p in (ROOT / d).rglob("*")
-        if p.suffix in (".cuh", ".h", ".cu", ".py")
-    ]
+    # every source of csrc/ (CUDA, and the host emulator's C++) and every reference
+    shipped = [p.relative_to(ROOT) for p in (ROOT / "csrc").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    shipped += [p.relative_to(ROOT) for p in (ROOT / "reference").rglob("*.py") if "__pycache__" not in p.parts]
+    assert any(p.suffix == ".cpp" for p in shipped)
     missing = [str(p) for p in shipped if f"mpk_runtime/_data/{p.as_posix()}" not in names]
     assert shipped and not missing
     assert not [n for n in names if "__pycache__" in n or n.startswith(("tests/", "csrc/", "reference/"))]
