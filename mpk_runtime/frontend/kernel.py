@@ -13,18 +13,18 @@ import torch
 from ..build import artifacts, replay
 from ..build.cache import BuildResult
 from ..errors import StateError
-from ..graph import CompiledGraph, DTensor, TaskGraph
+from ..graph import CompiledGraph, TaskGraph
 from ..run import gpu
 from ..run.emulator import EmulatedKernel
 from ..run.start import Runner
 from ..tasks.spec import TaskSpec
 from . import meta, params
 from .compiling import KernelState, compile_kernel
+from .declarations import TensorDeclarations
 from .layers import add_layer, bind_layer_methods
-from .lowering import check_attachable
 
 
-class PersistentKernel:
+class PersistentKernel(TensorDeclarations):
     """One task graph, compiled into one persistent kernel for one GPU (or, with
     ``compile_only=True``, built for a given ``target_cc`` without a GPU)."""
 
@@ -122,38 +122,6 @@ class PersistentKernel:
         if self._compiled is None:
             raise StateError("compiled_graph: call compile() first")
         return self._compiled
-
-    def attach_input(self, tensor: torch.Tensor, name: str) -> DTensor:
-        """Register a tensor the kernel reads or writes (inputs, weights *and* outputs)."""
-        self._check_open("attach_input")
-        check_attachable(tensor, name, self._p, self.device)
-        return self._graph.add_tensor(tensor, name, "attached")
-
-    def new_tensor(self, dims: tuple[int, ...], dtype: torch.dtype, name: str) -> DTensor:
-        """An intermediate tensor owned by the runtime; its data is ``pk.tensor(name)``."""
-        self._check_open("new_tensor")
-        return self._graph.add_intermediate(dims, dtype, name, self.device)
-
-    def new_comm_tensor(self, dims: tuple[int, ...], dtype: torch.dtype, name: str) -> DTensor:
-        """A tensor the other ranks can reach (e.g. an all-reduce's buffer), owned by the runtime: on
-        the GPU it lies in the communication heap that compile() allocates and maps into every rank,
-        so its data (``pk.tensor(name)``) exists from compile() on. Every rank must declare the same."""
-        self._check_open("new_comm_tensor")
-        return self._graph.add_comm(dims, dtype, name, self._p.world_size)
-
-    def shuffle_tensors(self, inputs: list[DTensor], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
-        """A new tensor interleaving ``inputs`` in ``num_groups`` groups along ``shuffled_dim``:
-        [in0_0, in1_0, ..., in0_1, in1_1, ...] (e.g. a gate / up weight for linear + silu_mul). It
-        is computed now, from the inputs' current data, and recorded so that replays recompute it."""
-        self._check_open("shuffle_tensors")
-        return self._graph.add_shuffled(inputs, shuffled_dim, num_groups, name)
-
-    def tensor(self, name: str) -> torch.Tensor:
-        """The torch tensor behind an attached or intermediate tensor."""
-        data = self._graph.data(name)
-        if data.device.type == "meta" and self._graph.tensors[name].kind == "comm" and self._compiled is None:
-            raise StateError(f"tensor({name!r}): a communication tensor's memory is allocated by compile(); call it first")
-        return data
 
     def _add_layer(self, spec: TaskSpec, kwargs: dict[str, Any]) -> None:
         self._check_open(spec.layer_method)
