@@ -14,7 +14,7 @@ from .partition import Arg, Partition, SliceInfo, split, whole
 from .registry import all_specs, get, on_register, register_task
 from .spec import TaskFailure, TaskSpec
 
-_INFRASTRUCTURE = {"partition", "registry", "spec", "references"}
+_INFRASTRUCTURE = {"partition", "registry", "spec", "references", "peer_exchange"}
 for _m in pkgutil.iter_modules(__path__):
     if _m.name not in _INFRASTRUCTURE:
         importlib.import_module(f"{__name__}.{_m.name}")

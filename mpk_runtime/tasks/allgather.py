@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
-from .. import archs, contract
-from ..errors import DTypeError, GraphError, ShapeError
+from .. import archs
+from ..errors import DTypeError, ShapeError
+from . import peer_exchange
 from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, selected, split
 
 TILE = split(x=1, y=0)
@@ -51,31 +52,15 @@ class AllGather(TaskSpec):
         x, y, buf = args["input"].tensor, args["output"].tensor, args["buffer"].tensor
         if x.num_dims != 2:
             raise ShapeError(f"allgather: input must be (batch, width), got {x!r}")
-        world = getattr(buf, "comm_world_size", None)
-        if buf.kind != "comm" or world is None:
-            raise GraphError(
-                f"allgather: buffer ({buf!r}) must be a communication tensor: "
-                f"buffer = pk.new_comm_tensor((2, pk.world_size, {x.shape[0]}, {x.shape[1]}), {x.dtype.torch}, name)"
-            )
-        if buf.shape != (2, world, *x.shape) or buf.dtype is not x.dtype:
-            raise ShapeError(f"allgather: buffer must be {x.dtype.short} of shape {(2, world, *x.shape)}, got {buf!r}")
+        world = peer_exchange.check_buffer("allgather", "all-gather", x, buf)
         if y.shape != (x.shape[0], world * x.shape[1]) or y.dtype is not x.dtype:
             raise ShapeError(f"allgather: output must be {x.dtype.short} of shape {(x.shape[0], world * x.shape[1])}, got {y!r}")
-        if buf.read or buf.written:
-            raise GraphError(f"allgather: buffer {buf.name!r} is already used by another layer; every layer needs its own")
-        if world > contract.MAX_RANKS:
-            raise ShapeError(f"allgather: {world} ranks; the runtime supports at most {contract.MAX_RANKS}")
         offset = values["rank_offset"]
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 2**31:
             raise DTypeError(f"allgather: rank_offset={offset!r} must be an integer in [0, 2**31)")
         if offset and x.dtype.torch.is_floating_point:
             raise DTypeError(f"allgather: rank_offset applies to integer tensors (indices), not {x.dtype.short}")
-        cols = x.shape[1] // grid[0] if x.shape[1] % grid[0] == 0 else 0
-        if cols * x.dtype.itemsize % 16:
-            raise ShapeError(
-                f"allgather: grid x = {grid[0]} gives slices of {x.shape[1] / grid[0]:g} columns; each slice row must be "
-                f"whole 16-byte vectors ({16 // x.dtype.itemsize} {x.dtype.short} elements)"
-            )
+        peer_exchange.check_vector_slices("allgather", x, grid)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         rows, cols = s["input"].shape
@@ -91,27 +76,16 @@ class AllGather(TaskSpec):
     def emulate_send(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        x = inputs["input"]
-        rows, cols = self._place(x, outputs["buffer"], ctx)
-        for q, peer in enumerate(ctx.peers or []):
-            if q != ctx.rank:
-                peer["buffer"][(ctx.iteration + 1) % 2, ctx.rank, rows, cols].copy_(x)
+        peer_exchange.send(inputs["input"], outputs["buffer"], ctx)
 
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
         x, buf, y = inputs["input"], outputs["buffer"], outputs["output"]
-        rows, cols = self._place(x, buf, ctx)
+        rows, cols = peer_exchange.place(x, buf, ctx)
         width = buf.shape[3]
         for q in range(ctx.world_size):
-            part = x if q == ctx.rank else buf[(ctx.iteration + 1) % 2, q, rows, cols]
+            part = x if q == ctx.rank else buf[peer_exchange.parity(ctx), q, rows, cols]
             y[rows, q * width + cols.start : q * width + cols.stop].copy_(
                 part + q * values["rank_offset"] if values["rank_offset"] else part
             )
-
-    @staticmethod
-    def _place(x: torch.Tensor, buf: torch.Tensor, ctx: EmulationContext) -> tuple[slice, slice]:
-        batch, width = buf.shape[2:]
-        r0 = ctx.grid_idx[1] * (batch // ctx.grid[1])
-        c0 = ctx.grid_idx[0] * (width // ctx.grid[0])
-        return slice(r0, r0 + x.shape[0]), slice(c0, c0 + x.shape[1])

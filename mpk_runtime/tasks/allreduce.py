@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
-from .. import archs, contract
+from .. import archs
 from ..dtypes import FLOATING
-from ..errors import GraphError, ShapeError
+from ..errors import ShapeError
+from . import peer_exchange
 from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, selected, split
 
 TILE = split(x=1, y=0)  # grid x splits the hidden dimension, grid y the rows
@@ -64,30 +65,8 @@ class AllReduce(TaskSpec):
         for name, t in named:
             if t.shape != x.shape or t.dtype is not x.dtype:
                 raise ShapeError(f"allreduce: {name} must have input's shape {x.shape} and dtype {x.dtype.short}, got {t!r}")
-        world = getattr(buf, "comm_world_size", None)
-        if buf.kind != "comm" or world is None:
-            raise GraphError(
-                f"allreduce: buffer ({buf!r}) must be a communication tensor, which the other ranks can reach: "
-                f"buffer = pk.new_comm_tensor((2, pk.world_size, {x.shape[0]}, {x.shape[1]}), {x.dtype.torch}, name)"
-            )
-        want = (2, world, *x.shape)
-        if buf.shape != want or buf.dtype is not x.dtype:
-            raise ShapeError(
-                f"allreduce: buffer must be {x.dtype.short} of shape {want} (2, world_size, batch, hidden), got {buf!r}"
-            )
-        if buf.read or buf.written:
-            raise GraphError(
-                f"allreduce: buffer {buf.name!r} is already used by another layer; every all-reduce layer needs its own "
-                f"buffer (a rank may write the next layer's data before its peers have read this one's)"
-            )
-        if world > contract.MAX_RANKS:
-            raise ShapeError(f"allreduce: {world} ranks; the runtime supports at most {contract.MAX_RANKS}")
-        cols = x.shape[1] // grid[0] if x.shape[1] % grid[0] == 0 else 0
-        if cols * x.dtype.itemsize % 16:
-            raise ShapeError(
-                f"allreduce: grid x = {grid[0]} gives slices of {x.shape[1] / grid[0]:g} columns; each slice row "
-                f"must be whole 16-byte vectors ({16 // x.dtype.itemsize} {x.dtype.short} elements)"
-            )
+        peer_exchange.check_buffer("allreduce", "all-reduce", x, buf)
+        peer_exchange.check_vector_slices("allreduce", x, grid)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         rows, cols = s["input"].shape
@@ -100,11 +79,7 @@ class AllReduce(TaskSpec):
     def emulate_send(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        x = inputs["input"]
-        rows, cols = self._place(x, outputs["buffer"], ctx)
-        for q, peer in enumerate(ctx.peers or []):
-            if q != ctx.rank:
-                peer["buffer"][self._parity(ctx), ctx.rank, rows, cols].copy_(x)
+        peer_exchange.send(inputs["input"], outputs["buffer"], ctx)
 
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
@@ -112,19 +87,6 @@ class AllReduce(TaskSpec):
         from . import references
 
         x, buf = inputs["input"], outputs["buffer"]
-        rows, cols = self._place(x, buf, ctx)
-        parts = [x if q == ctx.rank else buf[self._parity(ctx), q, rows, cols] for q in range(ctx.world_size)]
+        rows, cols = peer_exchange.place(x, buf, ctx)
+        parts = [x if q == ctx.rank else buf[peer_exchange.parity(ctx), q, rows, cols] for q in range(ctx.world_size)]
         outputs["output"].copy_(references.find("allreduce")(parts, inputs.get("residual")))
-
-    @staticmethod
-    def _parity(ctx: EmulationContext) -> int:
-        return (ctx.iteration + 1) % 2  # the buffer's generation: the device's epoch % 2
-
-    @staticmethod
-    def _place(x: torch.Tensor, buf: torch.Tensor, ctx: EmulationContext) -> tuple[slice, slice]:
-        """The rows and columns of the buffer's (batch, hidden) planes that this task's slice covers
-        (its live rows only, as ``x`` holds them)."""
-        batch, hidden = buf.shape[2:]
-        r0 = ctx.grid_idx[1] * (batch // ctx.grid[1])
-        c0 = ctx.grid_idx[0] * (hidden // ctx.grid[0])
-        return slice(r0, r0 + x.shape[0]), slice(c0, c0 + x.shape[1])
