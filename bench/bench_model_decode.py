@@ -26,21 +26,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mpk_runtime.models import Qwen3Config, build_qwen3, expected_weights  # noqa: E402
+from mpk_runtime.models import PRESETS, Qwen3Config, build_qwen3, expected_weights  # noqa: E402
 
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
 
-CONFIG = Qwen3Config(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    num_hidden_layers=28,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-)
+CONFIG = Qwen3Config(**PRESETS["qwen3-0.6b"])
 CONTEXT, PAGE, NEW_TOKENS = 1024, 64, 64
 BF = torch.bfloat16
 

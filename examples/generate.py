@@ -18,29 +18,7 @@ from pathlib import Path
 
 import torch
 
-from mpk_runtime.models import Qwen3Config, Qwen3Generator, random_state_dict
-
-PRESETS = {
-    "qwen3-0.6b": dict(
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        num_hidden_layers=28,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-    "tiny": dict(
-        hidden_size=128,
-        intermediate_size=256,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_hidden_layers=2,
-        vocab_size=512,
-    ),
-}
+from mpk_runtime.models import PRESETS, Qwen3Config, Qwen3Generator, random_state_dict
 
 
 def load_checkpoint(path: Path) -> tuple[Qwen3Config, dict[str, torch.Tensor]]:

@@ -1,6 +1,7 @@
 """Whole models built from the registered layers: a Qwen3-style decoder (dense or MoE) in one task
 graph, from a config and a Hugging Face-named state_dict, and greedy decoding with it.
 
+    PRESETS               named model shapes (Qwen3Config keyword arguments): qwen3-0.6b, tiny
     Qwen3Config           the model's shape (``Qwen3Config.from_hf(hf_config)`` reads a HF config)
     build_qwen3           declare the whole model on a PersistentKernel
     Qwen3Generator        a kernel that decodes a batch of prompts greedily, in one launch
@@ -10,12 +11,13 @@ graph, from a config and a Hugging Face-named state_dict, and greedy decoding wi
 
 from __future__ import annotations
 
-from .config import Qwen3Config, expected_weights, random_state_dict
+from .config import PRESETS, Qwen3Config, expected_weights, random_state_dict
 from .generate import Qwen3Generator, generation_params
 from .grids import Qwen3Grids
 from .qwen3 import Qwen3Graph, build_qwen3
 
 __all__ = [
+    "PRESETS",
     "Qwen3Config",
     "Qwen3Generator",
     "Qwen3Graph",

@@ -22,6 +22,32 @@ GROUP_SIZES = (1, 2, 4, 8, 16)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
+# Model shapes by name, as Qwen3Config keyword arguments: Qwen3Config(**PRESETS["tiny"], num_experts=8, ...).
+PRESETS: dict[str, dict[str, Any]] = {
+    # Qwen3-0.6B: 28 layers, hidden 1024, 16 q / 8 kv heads of 128, vocabulary 151936, tied embeddings
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_hidden_layers=28,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    # small enough for the CPU emulator in CI
+    "tiny": dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_hidden_layers=2,
+        vocab_size=512,
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Qwen3Config:
     """A Qwen3 decoder: ``num_layers`` x (RMSNorm, q / k / v projections, per-head q / k RMSNorm,

@@ -9,19 +9,11 @@ import torch
 
 import mpk_runtime as mpk
 from mpk_runtime.harness import find_reference
-from mpk_runtime.models import Qwen3Config, Qwen3Generator, build_qwen3, expected_weights, random_state_dict
+from mpk_runtime.models import PRESETS, Qwen3Config, Qwen3Generator, build_qwen3, expected_weights, random_state_dict
 from mpk_runtime.models.generate import generation_params
 from mpk_runtime.models.grids import plan, tasks_for
 
-TINY = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    num_hidden_layers=2,
-    vocab_size=512,
-)
+TINY = PRESETS["tiny"]
 Qwen3Reference = find_reference("Qwen3Reference", layer="qwen3_model")
 
 
@@ -115,15 +107,7 @@ def test_generation_errors():
 def test_grids_divide_the_shapes():
     assert tasks_for(151936, 132) == 1187  # 128-row slices of Qwen3's vocabulary
     assert tasks_for(1024, 132) == 128  # the largest there is
-    c = Qwen3Config(
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        num_hidden_layers=28,
-        vocab_size=151936,
-    )
+    c = Qwen3Config(**{**PRESETS["qwen3-0.6b"], "tie_word_embeddings": False})
     g = plan(c, 132, 1, 1)
     assert (g.qkv, g.o_proj, g.gate_up, g.down, g.lm_head, g.attention_splits) == (256, 128, 192, 128, 1187, 16)
     assert plan(c, 132, 8, 8).attention_splits == 2

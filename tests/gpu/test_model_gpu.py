@@ -14,20 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mpk_runtime.models import Qwen3Config, random_state_dict
+from mpk_runtime.models import PRESETS, Qwen3Config, random_state_dict
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scenes" / "qwen3_model"))
 from model_check import check_generation  # noqa: E402
 
-QWEN3_06B_2L = Qwen3Config(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    num_hidden_layers=2,
-    vocab_size=151936,
-)
+QWEN3_06B_2L = Qwen3Config(**{**PRESETS["qwen3-0.6b"], "num_hidden_layers": 2, "tie_word_embeddings": False})
 PROMPTS = [list(range(100, 107)), list(range(5000, 5019)), list(range(70000, 70033)), list(range(151000, 151012))]
 
 

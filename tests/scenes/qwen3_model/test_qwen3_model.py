@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from mpk_runtime.models import Qwen3Config, random_state_dict
+from mpk_runtime.models import PRESETS, Qwen3Config, random_state_dict
 
 from .model_check import check_generation
 
-TINY = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    num_hidden_layers=2,
-    vocab_size=512,
-)
+TINY = PRESETS["tiny"]
 PROMPTS = [
     [5, 17, 200, 3, 9],
     [400, 22, 31, 8, 77, 1, 64, 90, 11],
