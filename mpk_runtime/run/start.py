@@ -15,10 +15,10 @@ from ..build.cache import BuildResult
 from ..build.host import build_host_module
 from ..codegen import dispatcher
 from ..graph.compiled import CompiledGraph
+from . import host_runner
 from .batching import BatchConfig
 from .device_graph import LaunchConfig
 from .emulator import EmulatedKernel
-from .host_runner import load_module  # not `from . import`: see the note at the end of this module
 from .launcher import Module
 from .lifecycle import GpuKernel
 from .multirank import RankEmulatedKernel
@@ -55,14 +55,8 @@ def start_runner(
         return RankEmulatedKernel(r.graph, r.tensors, r.meta, r.batch, p.mpi_rank, p.world_size), None
     if backend == "emulated":
         host_build = build_host_module(r.source, r.arch, dispatcher.module_name_of(r.source), race_check=p.emulate_check)
-        host = load_module(host_build.path)
+        host = host_runner.load_module(host_build.path)
         return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch, host, check=p.emulate_check), host_build
     if backend == "emulated-reference":
         return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch), None
     return None, None
-
-
-# ``from .host_runner import load_module`` rather than ``from . import host_runner``: the second reads
-# the package's attribute, which a test harness that drops and re-imports modules between in-process
-# runs (pytest's pytester) leaves pointing at the dropped module, whose ctypes structures the fresh
-# host_memory module's do not match.

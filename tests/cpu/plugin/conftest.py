@@ -62,10 +62,17 @@ class ProbeScene(SceneTestCase):
 def _lazy_imports_done() -> None:
     """Import now what a scene's run imports lazily. ``runpytest_inprocess`` drops the modules a run
     imported when it ends, and torch refuses to import some twice (torch.testing.assert_close pulls
-    in torch.distributed, whose operator library can be registered once per process)."""
+    in torch.distributed, whose operator library can be registered once per process). The runtime
+    too: mpk_runtime imports PersistentKernel (and with it run/) on first use, and a module dropped
+    after one run would stay behind as its package's attribute, so that the next run's ``from . import``
+    would find the dropped module while other imports find a fresh one (two kinds of its ctypes
+    structures)."""
     import torch
 
+    import mpk_runtime
+
     torch.testing.assert_close(torch.zeros(1), torch.zeros(1))
+    assert mpk_runtime.PersistentKernel  # imports the whole pipeline now
 
 
 @pytest.fixture(autouse=True)
