@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from mpk_runtime.cli.graph import main
+
+# The entry point of the environment that runs the tests (not whichever one the PATH finds first).
+SCRIPT = Path(sys.executable).with_name("mpk-graph")
 
 
 def call(capsys, *argv):
@@ -223,9 +227,9 @@ def test_unknown_event_of_a_real_graph(capsys, compiled_graph):
     assert code == 2 and out["error"] == f"no event 999; this graph has {n} events (ids 0..{n - 1})"
 
 
-@pytest.mark.skipif(shutil.which("mpk-graph") is None, reason="console script not installed (pip install -e .)")
+@pytest.mark.skipif(not SCRIPT.is_file(), reason=f"console script not installed beside {sys.executable} (pip install -e .)")
 def test_console_script(compiled_graph):
     """One run of the installed entry point, an error: its exit status must reach the shell."""
     path, _ = compiled_graph
-    bad = subprocess.run(["mpk-graph", str(path), "--task", "99"], capture_output=True, text=True)
+    bad = subprocess.run([str(SCRIPT), str(path), "--task", "99"], capture_output=True, text=True)
     assert bad.returncode == 2 and json.loads(bad.stdout) == {"error": "no task 99; this graph has tasks 0..7"}

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from mpk_runtime.cli.profile import main
 from mpk_runtime.profile.stats import COLUMNS, Row, p90, write_csv
+
+# The entry point of the environment that runs the tests (not whichever one the PATH finds first).
+SCRIPT = Path(sys.executable).with_name("mpk-profile")
 
 T0 = 1_700_000_000_000_000_000
 
@@ -188,8 +192,8 @@ def test_malformed_csv(capsys, tmp_path, text, match):
     assert code == 2 and match in out["error"], out
 
 
-@pytest.mark.skipif(shutil.which("mpk-profile") is None, reason="console script not installed (pip install -e .)")
+@pytest.mark.skipif(not SCRIPT.is_file(), reason=f"console script not installed beside {sys.executable} (pip install -e .)")
 def test_console_script(trace_csv):
     """One run of the installed entry point (each start imports torch: about 1.5 s)."""
-    ok = subprocess.run(["mpk-profile", str(trace_csv), "rmsnorm", "--stat", "max"], capture_output=True, text=True)
+    ok = subprocess.run([str(SCRIPT), str(trace_csv), "rmsnorm", "--stat", "max"], capture_output=True, text=True)
     assert (ok.returncode, json.loads(ok.stdout)) == (0, {"task_type": "rmsnorm", "task_type_id": 2, "count": 10, "max_ns": 1000})
