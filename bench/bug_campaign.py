@@ -169,12 +169,23 @@ def classify(rc: int, output: str) -> tuple[str, str]:
     return "invalid", f"pytest exit code {rc}"
 
 
-def run_one(m: Mutation, backend: str, workers: str, timeout: float, verbose_check: bool, logs: Path | None) -> Result:
+def run_one(
+    m: Mutation,
+    backend: str,
+    workers: str,
+    timeout: float,
+    verbose_check: bool,
+    logs: Path | None,
+    extra: list[str],
+    patch: bool = True,
+) -> Result:
+    """The scenes of m against a patched copy (patch=False: the unpatched copy, for a baseline)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mpk-bug-{m.id}-") as tmp:
         copy = Path(tmp) / "repo"
         copy_tree(ROOT, copy)
-        apply(m, copy / "csrc")
+        if patch:
+            apply(m, copy / "csrc")
         csrc = imported_from(copy)
         if verbose_check:
             print(f"[{m.id}] the copy's environment imports csrc from {csrc}", flush=True)
@@ -193,6 +204,7 @@ def run_one(m: Mutation, backend: str, workers: str, timeout: float, verbose_che
             workers,
             "--mpk-backend",
             backend,
+            *extra,
         ]
         try:
             proc = subprocess.run(cmd, cwd=copy, env=_env(copy), capture_output=True, text=True, timeout=timeout)
@@ -236,6 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="ID", help="Run only these mutations, in this order")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="S", help="Seconds per mutation")
     parser.add_argument("--out", type=Path, metavar="FILE", help="Write the markdown table here")
+    parser.add_argument(
+        "--pytest-arg",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="One more pytest argument for every mutation (repeatable), e.g. --pytest-arg=--mpk-emulate-check",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="First run each selection unpatched; mutations whose unpatched scenes fail are invalid",
+    )
     parser.add_argument("--logs", type=Path, metavar="DIR", help="Keep each mutation's pytest output here")
     parser.add_argument("--list", action="store_true", help="List the mutations and exit")
     args = parser.parse_args(argv)
@@ -268,9 +293,24 @@ def main(argv: list[str] | None = None) -> int:
             results[m.id] = Result(m, "skipped", f"gpu only: the emulator does not run csrc/{m.file}", 0.0)
         else:
             todo.append(m)
-    print(f"{len(todo)} mutations on backend {backend}, {args.jobs} at a time; {len(results)} skipped", flush=True)
+    run = (backend, args.workers, args.timeout)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_one, m, backend, args.workers, args.timeout, i == 0, args.logs): m for i, m in enumerate(todo)}
+        if args.baseline:
+            selections = list(dict.fromkeys(m.selection for m in todo))
+            nulls = [Mutation(f"baseline-{i}", "baseline", "unpatched", "", "", "", sel) for i, sel in enumerate(selections)]
+            print(f"baseline: {len(nulls)} selections unpatched", flush=True)
+            futures = [pool.submit(run_one, n, *run, False, args.logs, args.extra, False) for n in nulls]
+            failing = {}
+            for n, f in zip(nulls, futures):
+                r = f.result()
+                if r.outcome != "missed":  # the unpatched scenes did not simply pass
+                    failing[n.selection] = f"the unpatched scenes do not pass ({r.outcome}: {r.detail})"
+                    print(f"baseline {' '.join(n.selection)}: {failing[n.selection]}", flush=True)
+            for m in [m for m in todo if m.selection in failing]:
+                results[m.id] = Result(m, "invalid", failing[m.selection], 0.0)
+                todo.remove(m)
+        print(f"{len(todo)} mutations on backend {backend}, {args.jobs} at a time; {len(results)} not run", flush=True)
+        futures = {pool.submit(run_one, m, *run, i == 0, args.logs, args.extra): m for i, m in enumerate(todo)}
         for f in as_completed(futures):
             m = futures[f]
             try:
@@ -285,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     text = table([results[m.id] for m in chosen])
     print("\n" + text)
     if args.out:
-        args.out.write_text(f"Backend: {backend}\n\n" + text)
+        extra = f" (pytest {' '.join(args.extra)})" if args.extra else ""
+        args.out.write_text(f"Backend: {backend}{extra}\n\n" + text)
     return 0
 
 

@@ -300,12 +300,14 @@ MUTATIONS: list[Mutation] = [
         EXPERTS,
     ),
     M(
-        "moe-linear-drop-list-barrier",
+        # Not the barrier before the next segments rewrite the token lists: the block_exclusive_sum that
+        # precedes those writes already orders them after every warp's reads (an equivalent mutant).
+        "moe-linear-drop-active-barrier",
         "dropped barrier",
-        "no barrier before the next segments rewrite the token lists",
+        "no barrier between writing the list of experts with tokens and reading it",
         "tasks/common/moe_linear.cuh",
-        "if (u < hi) __syncthreads();",
-        "if (u < hi) {}",
+        "  __syncthreads();  // active[] complete\n",
+        "",
         EXPERTS,
     ),
     M(
