@@ -166,8 +166,8 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         str(hang_timeout * SLOWDOWN),
         "-p",
         "no:cacheprovider",
-        "-p",
-        "no:xdist",
+        "-n",  # one process: the sanitizer watches its child, not xdist's workers (and "-p no:xdist"
+        "0",  # would leave a project's addopts "-n auto" unparsable)
         "-q",
     ]
 

@@ -5,10 +5,14 @@ with a golden.
 
 Integer outputs (tokens, indices, probes) must be identical. Floating-point outputs may differ only
 where the bodies' arithmetic is allowed to: the tensor cores' summation order (mma) and the device
-math functions (expf, rsqrtf: libm on the host) change the last bits of an fp32 value, which can
-move a bf16 / fp16 result by one unit in the last place; so the bound is one ulp of the output's
-dtype (relative 2**-7 for bf16, 2**-10 for fp16, 2**-20 for fp32) plus 1e-6 absolute, and at least
-99% of the elements must be bit-identical.
+math functions (expf, rsqrtf: libm on the host) change the last bits of an fp32 intermediate, which
+can move a bf16 / fp16 result by one unit in the last place. Where a result comes from a sum that
+cancels (attention outputs, a residual added to a projection), that unit is one of the summed terms'
+magnitude, not of the small result. So each element may differ by one ulp of the output's dtype
+(2**-7 for bf16, 2**-10 for fp16, 2**-20 for fp32) of its own magnitude plus one of the tensor's
+largest: |e - g| <= ulp * (|g| + max|g|) + 1e-6; and at least 99% of the elements of a 16-bit
+output must be bit-identical (an fp32 output through expf differs in its last bits far more
+often: there the bound alone applies).
 
     pytest tests/gpu/test_emulation_agreement_gpu.py -n 0     # on a machine with a GPU
 """
@@ -30,7 +34,7 @@ from pytest_mpk import compare, devices, runner
 from pytest_mpk.scene import Out, scene_info
 
 SCENES = Path(__file__).resolve().parents[1] / "scenes"
-RTOL = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 2.0**-20}
+ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10, torch.float32: 2.0**-20}
 
 
 def _import(path: Path) -> types.ModuleType:
@@ -112,6 +116,18 @@ def test_emulator_agrees_with_the_gpu(scene_cls, case, which, tmp_path):
             assert torch.equal(e, g), f"{name}: {(e != g).sum().item()} elements differ, e.g. at {(e != g).nonzero()[0].tolist()}"
             continue
         assert torch.equal(e.isnan(), g.isnan()), f"{name}: NaN in different places"
-        torch.testing.assert_close(e, g, rtol=RTOL[g.dtype], atol=1e-6, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
-        identical = (e.view(torch.uint8).view(-1, e.element_size()) == g.view(torch.uint8).view(-1, e.element_size())).all(1)
-        assert identical.float().mean() >= 0.99, f"{name}: only {identical.float().mean():.2%} of the elements are bit-identical"
+        ulp = ULP[g.dtype]
+        scale = g.float().nan_to_num(0.0, 0.0, 0.0).abs().amax().item()  # the magnitude of the summed terms
+        torch.testing.assert_close(
+            e,
+            g,
+            rtol=ulp,
+            atol=ulp * scale + 1e-6,
+            equal_nan=True,
+            msg=lambda m, name=name, scale=scale: f"{name} (max |gpu| {scale:.4g}): {m}",
+        )
+        if g.element_size() == 2:
+            identical = (e.view(torch.int16) == g.view(torch.int16)) | (e.isnan() & g.isnan())
+            assert identical.float().mean() >= 0.99, (
+                f"{name}: only {identical.float().mean():.2%} of the elements are bit-identical"
+            )

@@ -31,7 +31,7 @@ def test_the_sanitizer_reports_the_demo_bug(tool: str, tmp_path: Path) -> None:
     cls, finding = DEMOS[tool]
     cmd = [
         sys.executable, "-m", "pytest", str(HERE / "sanitize_demo_scenes.py"), "-p", "no:cacheprovider", "-q",
-        "--mpk-sanitize", tool, "--mpk-case", f"{cls}::b4", "--mpk-artifacts-dir", str(tmp_path),
+        "-n", "0", "--mpk-sanitize", tool, "--mpk-case", f"{cls}::b4", "--mpk-artifacts-dir", str(tmp_path),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=HERE.parents[1], capture_output=True, text=True, timeout=580, check=False)
     out = proc.stdout + proc.stderr

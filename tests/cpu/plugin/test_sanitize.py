@@ -155,3 +155,23 @@ def test_a_clean_sanitized_run_passes_and_a_failing_child_fails(pytester, scenes
     result = pytester.runpytest_inprocess("--mpk-sanitize", "initcheck", "--arch", "sm90")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["under compute-sanitizer initcheck the case failed (exit 1):", "*differs from the golden"])
+
+
+def test_the_child_command_runs_in_a_project_whose_addopts_start_xdist(pytester, scenes, monkeypatch, tmp_path, a_gpu) -> None:
+    """A project with "-n auto" in its addopts (ours has): the child's own options must still parse,
+    and it must run the case in one process. The stand-in sanitizer runs the real child command,
+    collecting only (no GPU here)."""
+    script = tmp_path / "compute-sanitizer"
+    script.write_text(
+        "#!/usr/bin/env python3\nimport os, subprocess, sys\n"
+        "args = sys.argv[1:]\n"
+        "while args[0].startswith('--'):\n    args = args[2:]  # --tool X --error-exitcode N --print-limit N\n"
+        "env = {**os.environ, 'PYTEST_ADDOPTS': '-n auto'}\n"
+        "sys.exit(subprocess.run([*args, '--collect-only', '--mpk-backend', 'compile-only'], env=env).returncode)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(sanitize, "find_tool", lambda: str(script))
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("--mpk-sanitize", "memcheck", "--arch", "sm90")
+    result.assert_outcomes(passed=1)
+    assert "-n 0" in " ".join(sanitize.child_command("cs", "memcheck", "pytest x.py::T::c", 10.0))
