@@ -16,6 +16,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     first_batch_meta(params)   the meta tensors of the first iteration, from init parameters (the model)
     model_batches(params)      ... and of every iteration of a launch
     CSRC                       the csrc directory the builds include (sanitizer findings name files in it)
+    check_test_launch(pk, m)   after a test-mode launch on the GPU: the meta tensors against the batching model
 """
 
 from __future__ import annotations
@@ -149,3 +150,18 @@ __all__ = [
     "signature_arch",
     "torch_dtype",
 ]
+
+
+def check_test_launch(pk: Any, before: dict[str, Any]) -> None:
+    """After a test-mode launch of ``pk`` on the GPU, finished: KernelError unless its meta tensors are
+    what the Python model of prepare_next_batch makes of ``before`` (them, on the CPU, before the
+    launch). The emulator checks the same at every call of prepare_next_batch by itself."""
+    from .run import meta_check
+
+    after = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
+    written_names = {t.name for t in pk.compiled_graph.tensors if t.direction != "IN"}
+    written_at = {
+        pk._graph.tensors[n].data.data_ptr() for n in written_names if getattr(pk._graph.tensors.get(n), "data", None) is not None
+    }
+    written = {k for k, v in pk.meta_tensors.items() if v.data_ptr() in written_at}
+    meta_check.check_test_launch(pk._batch, before, after, written)

@@ -181,6 +181,24 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     profiles.register()
 
 
+XDIST_OFF_KEY = pytest.StashKey[str]()  # why xdist was turned off, for the report header
+
+
+@pytest.hookimpl(wrapper=True)  # a wrapper runs before every plain implementation, xdist's included
+def pytest_cmdline_main(config: pytest.Config):
+    """Under mpirun every rank runs every item in step, in its own process on its own GPU: xdist
+    workers (our addopts' ``-n auto``, say) would split the items between processes and pin them to
+    GPUs of their own, so an MPI job of several ranks runs without them."""
+    from mpk_runtime.harness import mpi_job  # reads the launcher's environment only
+
+    job = mpi_job()
+    if job is not None and job[0] > 1 and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+        config.stash[XDIST_OFF_KEY] = f"{job[0]} ranks under MPI: pytest-xdist is off (each rank runs every item in step)"
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     from mpk_runtime.harness import mpi_job  # reads the launcher's environment only
@@ -219,14 +237,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             world.abort(1)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     """Which installation runs: the packages' location and version (found without importing them)."""
     import importlib.metadata
     import importlib.util
 
     spec = importlib.util.find_spec("mpk_runtime")
     where = spec.origin if spec is not None else "not found"
-    return f"mpk: pytest-mpk {importlib.metadata.version('pytest-mpk')}, mpk_runtime at {where}"
+    lines = [f"mpk: pytest-mpk {importlib.metadata.version('pytest-mpk')}, mpk_runtime at {where}"]
+    if XDIST_OFF_KEY in config.stash:
+        lines.append(f"mpk: {config.stash[XDIST_OFF_KEY]}")
+    return lines
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own answer (the CPU count), which would win otherwise

@@ -191,10 +191,14 @@ def run_case(
         if setup.backend == devices.COMPILED:
             return
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
+        meta_before = None
         if setup.backend == devices.GPU:
             sanitize.record_addresses(setup.artifacts, run_tensors)
+            meta_before = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
         if not _ran(pk, setup, case):
             return
+        if meta_before is not None and pk.test_mode:  # emulated, prepare_next_batch is checked at every call
+            harness.check_test_launch(pk, meta_before)
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
         actual = {n: run_tensors[n].cpu() for n in outs}

@@ -32,7 +32,7 @@ ERROR_EXIT = 86  # compute-sanitizer's exit status when it found something
 SLOWDOWN = 50  # the watchdog's timeout in the child, in multiples of the session's
 _PREFIX = "========= "
 _NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target application", "LEAK SUMMARY")
-_SOURCE = re.compile(r"(/\S+?\.(?:cuh|cu|h)):(\d+)")
+_SOURCE = re.compile(r"((?<![\w/.-])[\w/.-]*\w\.(?:cuh|cu|h)):(\d+)")  # absolute or not
 _ADDRESS = re.compile(r"\b(?:Address|address) (0x[0-9a-fA-F]+)")
 _BLOCK = re.compile(r"block \((\d+),\s*(\d+),\s*(\d+)\)")
 
@@ -97,8 +97,11 @@ def explain(finding: Finding, graph: dict[str, Any] | None, addresses: dict[str,
     """One finding as report lines: what, where in the source, which block and tasks, which tensor."""
     lines = [finding.headline]
     text = "\n".join([finding.headline, *finding.details])
-    for path, line in dict.fromkeys(_SOURCE.findall(text)):
+    sources = dict.fromkeys(_SOURCE.findall(text))
+    for path, line in sources:
         lines.append(f"  at {_short(path, csrc)}:{line}{_tasks_of_source(path, graph)}")
+    if not sources:  # a location without a file:line we recognise: show the tool's own words
+        lines += [f"  {d}" for d in finding.details if d.startswith("at ")][:2]
     block = _BLOCK.search(text)
     if block and graph is not None:
         lines.append(f"  {_worker(int(block.group(1)), graph)}")
@@ -166,8 +169,8 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         str(hang_timeout * SLOWDOWN),
         "-p",
         "no:cacheprovider",
-        "-p",
-        "no:xdist",
+        "-n",  # one process: the sanitizer watches its child, not xdist's workers (and "-p no:xdist"
+        "0",  # would leave a project's addopts "-n auto" unparsable)
         "-q",
     ]
 
@@ -178,6 +181,9 @@ def run(tool_path: str, tool: str, repro: str, hang_timeout: float, artifacts: P
     cmd = child_command(tool_path, tool, repro, hang_timeout)
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     output = proc.stdout + proc.stderr
+    raw = artifacts / f"compute-sanitizer-{tool}.log"  # the tool's own words, whatever the parse makes of them
+    artifacts.mkdir(parents=True, exist_ok=True)
+    raw.write_text(output)
     graph_path, addresses_path = artifacts / "task_graph_rank0.json", artifacts / ADDRESSES
     graph = json.loads(graph_path.read_text()) if graph_path.is_file() else None
     addresses = json.loads(addresses_path.read_text()) if addresses_path.is_file() else {}
@@ -188,7 +194,8 @@ def run(tool_path: str, tool: str, repro: str, hang_timeout: float, artifacts: P
         csrc = str(CSRC.resolve())
         shown = "\n".join(explain(f, graph, addresses, csrc) for f in findings)
         pytest.fail(
-            f"compute-sanitizer {tool}: {len(findings)} finding(s)\n{shown}\nartifacts: {artifacts}\ncommand: {shlex.join(cmd)}",
+            f"compute-sanitizer {tool}: {len(findings)} finding(s)\n{shown}\nartifacts: {artifacts} (the tool's output: "
+            f"{raw.name})\ncommand: {shlex.join(cmd)}",
             pytrace=False,
         )
     if proc.returncode not in (0, ERROR_EXIT):

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 2
+#define MPK_ABI_VERSION 3
 #define MPK_MAX_INPUTS 7
 #define MPK_MAX_OUTPUTS 3
 #define MPK_NO_EVENT 0xffffffffu
@@ -154,6 +154,8 @@ typedef struct MpkStatus {
   uint32_t iterations;       // iterations the task graph ran in this launch
   unsigned long long idle_ns;  // with MPK_STATUS_WATCHDOG: how long nothing progressed
   int32_t detail[4];         // with MPK_STATUS_PAGES_EXHAUSTED: request, pages needed, pages free
+  unsigned long long end_seen;  // control.end_count as the controller read it when it last passed
+                                // END_OF_TASK_GRAPH: the host checks it against every worker's signal
 } MpkStatus;
 
 typedef struct MpkKernelParams {

@@ -27,6 +27,7 @@ struct Handle {
   bool has_error = false;
   MpkStatus error = {};
   unsigned long long error_launch = 0;
+  MpkStatus last = {};  // the status of the last launch harvested
 };
 
 inline int fail(char *err, int len, char const *what, cudaError_t e) {
@@ -43,6 +44,7 @@ inline double now_ms() {
 inline void take_result(Handle *h) {
   int const slot = static_cast<int>(h->harvested % kStatusRing);
   MpkStatus const st = h->ring[slot];
+  h->last = st;
   if (st.code != MPK_STATUS_OK && !h->has_error) {
     h->has_error = true;
     h->error = st;
@@ -120,7 +122,7 @@ int mpk_abi_layout(char *buf, int len) {
   MPK_FIELD(MpkComm, world_size);
   MPK_STRUCT(MpkStatus);
   MPK_FIELD(MpkStatus, code); MPK_FIELD(MpkStatus, iterations); MPK_FIELD(MpkStatus, idle_ns);
-  MPK_FIELD(MpkStatus, detail);
+  MPK_FIELD(MpkStatus, detail); MPK_FIELD(MpkStatus, end_seen);
   MPK_STRUCT(MpkKernelParams);
   MPK_FIELD(MpkKernelParams, tasks); MPK_FIELD(MpkKernelParams, triggers); MPK_FIELD(MpkKernelParams, control);
   MPK_FIELD(MpkKernelParams, status); MPK_FIELD(MpkKernelParams, profiler_buffer);
@@ -216,6 +218,14 @@ int mpk_take_error(void *handle, MpkStatus *out, unsigned long long *launch) {
   *out = h->error;
   *launch = h->error_launch;
   h->has_error = false;
+  return 1;
+}
+
+// 1 and the status of the last launch harvested (an error's too), or 0 before the first.
+int mpk_last_status(void *handle, MpkStatus *out) {
+  auto *h = static_cast<mpk::host::Handle *>(handle);
+  if (h->harvested == 0) return 0;
+  *out = h->last;
   return 1;
 }
 

@@ -100,12 +100,14 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
     // END_OF_TASK_GRAPH: every worker with a queue has drained it for this iteration.
     unsigned long long const target = static_cast<unsigned long long>(p.end_trigger_count) * (base + iter + 1);
     unsigned long long last_progress = ~0ull, last_change = global_timer_ns(), last_look = 0;
+    unsigned long long seen = 0;  // lane 0: the count that ended the wait, for the host's check
     for (;;) {
       // Lane 0 decides everything, so the warp never diverges around its shuffles.
       unsigned long long now = 0;
       int done = 0;
       if (lane == 0) {
-        done = ld_acquire_gpu(&p.control->end_count) >= target;
+        seen = ld_acquire_gpu(&p.control->end_count);
+        done = seen >= target;
         now = global_timer_ns();
       }
       if (__shfl_sync(0xffffffffu, done, 0)) break;
@@ -134,6 +136,7 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
     }
     int failed = 0;
     if (lane == 0) {
+      status->end_seen = seen;
       status->iterations = iter + 1;
       if (ld_relaxed_gpu(&p.control->task_error_launch) == p.launch_id) {  // a task reported an error
         failed = 1;

@@ -128,7 +128,13 @@ class MpkComm(C.Structure):
 
 
 class MpkStatus(C.Structure):
-    _fields_ = [("code", C.c_int32), ("iterations", C.c_uint32), ("idle_ns", C.c_uint64), ("detail", C.c_int32 * 4)]
+    _fields_ = [
+        ("code", C.c_int32),
+        ("iterations", C.c_uint32),
+        ("idle_ns", C.c_uint64),
+        ("detail", C.c_int32 * 4),
+        ("end_seen", C.c_uint64),
+    ]
 
 
 class MpkKernelParams(C.Structure):

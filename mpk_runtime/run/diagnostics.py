@@ -151,3 +151,27 @@ def status_error(st, launch_index: int, message_for_watchdog, message_for_task=N
     if st.code == contract.STATUS_SKIPPED:
         return KernelError(f"launch {launch_index} did not run: an earlier launch stopped half-way; its error was reported first")
     return KernelError(f"launch {launch_index} ended with unknown status {st.code}")
+
+
+def end_of_task_graph_error(trigger_count: int, end_count: int, iterations_total: int, seen: int, iterations: int) -> str | None:
+    """The END_OF_TASK_GRAPH bookkeeping after a launch that ended well, or None when it holds. Each of
+    the ``trigger_count`` workers with tasks signals once per iteration, so at rest ``end_count`` is
+    trigger_count x iterations_total; and the controller may pass an iteration's END_OF_TASK_GRAPH
+    only once all of them signalled, so ``seen``, the count it read when it passed the last one (of
+    ``iterations`` in the launch), is at least that. Passing early lets the next prepare_next_batch
+    (or the end of the launch) overtake a worker still running its last task: in a test-mode launch
+    that changes no output, which is why the host checks it here."""
+    expected = trigger_count * iterations_total
+    if end_count != expected:
+        return (
+            f"END_OF_TASK_GRAPH bookkeeping: the workers signalled {end_count} drained queues in "
+            f"{iterations_total} iterations of {trigger_count} workers with tasks, not {expected}: a worker signals "
+            f"other than once per iteration (csrc/runtime/worker.cuh)"
+        )
+    if iterations > 0 and seen < expected:
+        return (
+            f"END_OF_TASK_GRAPH fired early: the controller passed it after {seen} of the {expected} signals of "
+            f"the launch's last iteration ({expected - seen} worker(s) still running their last task) "
+            f"(csrc/runtime/scheduler.cuh)"
+        )
+    return None

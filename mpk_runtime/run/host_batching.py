@@ -19,10 +19,7 @@ from ..errors import EmulationError
 from .batching import BatchConfig, BatchPlanner, PagesExhausted
 from .device_graph import batch_state
 from .host_runner import HostModule
-
-FIELD_OF = {name: field for field, name in contract.META_FIELDS.items()}
-DEVICE_CODE = "csrc/runtime/prepare_next_batch.cuh"
-MODEL = "mpk_runtime/run/batching.py"
+from .meta_check import DEVICE_CODE, MODEL, disagreement
 
 
 class HostPlanner:
@@ -74,19 +71,8 @@ class HostPlanner:
         return result > 0
 
     def _compare(self, where: str) -> None:
-        for name, device in self.meta.items():
-            model = self.shadow[name]
-            if torch.equal(device, model):
-                continue
-            index = tuple(int(i) for i in (device != model).nonzero()[0])
-            at = ", ".join(map(str, index))
+        found = disagreement(self.meta, self.shadow)
+        if found is not None:
             raise EmulationError(
-                f"{where}: the device code ({DEVICE_CODE}, run on the host) and its Python model ({MODEL}) "
-                f"disagree on {FIELD_OF.get(name, name)}[{at}]: the device wrote {device[index].item()}, the model "
-                f"{model[index].item()} (device {_short(device)}, model {_short(model)})"
+                f"{where}: the device code ({DEVICE_CODE}, run on the host) and its Python model ({MODEL}) {found}"
             )
-
-
-def _short(t: torch.Tensor) -> str:
-    values = t.flatten().tolist()
-    return str(values[:16])[:-1] + (", ...]" if len(values) > 16 else "]")

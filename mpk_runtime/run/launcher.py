@@ -36,6 +36,7 @@ class Module:
         lib.mpk_launch.argtypes = [C.c_void_p, C.POINTER(abi.MpkKernelParams), C.c_int, C.c_void_p, C.c_char_p, C.c_int]
         lib.mpk_poll.argtypes = [C.c_void_p, C.c_int, C.POINTER(abi.MpkStatus), C.c_char_p, C.c_int]
         lib.mpk_take_error.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus), C.POINTER(C.c_uint64)]
+        lib.mpk_last_status.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus)]
         lib.mpk_destroy.argtypes = [C.c_void_p, C.c_int]
         version = lib.mpk_abi_version()
         if version != contract.ABI_VERSION:
@@ -92,6 +93,11 @@ class Module:
         if self.lib.mpk_take_error(handle, C.byref(st), C.byref(launch)):
             return st, launch.value
         return None
+
+    def last_status(self, handle: int) -> abi.MpkStatus | None:
+        """The status of the last launch harvested, None before the first."""
+        st = abi.MpkStatus()
+        return st if self.lib.mpk_last_status(handle, C.byref(st)) else None
 
     def destroy(self, handle: int, timeout_ms: int) -> bool:
         """True when freed; False when a launch is still running (nothing is freed then)."""

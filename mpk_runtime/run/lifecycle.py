@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from .. import contract
 from ..codegen import abi
 from ..errors import CoResidencyError, KernelError
 from ..graph.compiled import CompiledGraph
@@ -63,6 +64,7 @@ class GpuKernel:
         self.stopped: str | None = None  # with several ranks: why no launch can run any more
         self.handle: int | None = module.create(device.index)  # None once freed
         self.launches = 0
+        self.checked_launches = 0  # launches whose END_OF_TASK_GRAPH bookkeeping was checked
         torch.cuda.synchronize(device)  # uploads complete before any stream launches
 
     def _live(self) -> int:
@@ -96,6 +98,8 @@ class GpuKernel:
                 )
         err = self.module.take_error(self._live())
         if err is None:
+            if timeout_ms != 0:  # a synchronize: every launch has finished
+                self._check_end_of_task_graph()
             return
         st, index = err
         # Everything before the failed launch has finished; later ones were skipped. Reset the
@@ -113,9 +117,26 @@ class GpuKernel:
             )
         raise exc
 
-    def _task_error_message(self, st) -> str:
+    def _check_end_of_task_graph(self) -> None:
+        """KernelError when the last launch passed END_OF_TASK_GRAPH before every worker signalled
+        (see diagnostics.end_of_task_graph_error). Once per launch: a D2H copy of the control block."""
+        last = self.module.last_status(self._live())
+        if last is None or last.code != contract.STATUS_OK or self.checked_launches == self.launches:
+            return
+        self.checked_launches = self.launches
+        control = self._control()
+        message = diagnostics.end_of_task_graph_error(
+            self.graph.schedule.end_trigger_count, control.end_count, control.iterations_total, last.end_seen, last.iterations
+        )
+        if message is not None:
+            raise KernelError(message)
+
+    def _control(self) -> abi.MpkControl:
         raw = self.device_graph.control.cpu()
-        control = abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * raw.element_size()))
+        return abi.MpkControl.from_buffer_copy(ctypes.string_at(raw.data_ptr(), raw.numel() * raw.element_size()))
+
+    def _task_error_message(self, st) -> str:
+        control = self._control()
         return diagnostics.task_error_message(
             self.graph, control.task_error_task, control.task_error_code, control.task_error_value
         )

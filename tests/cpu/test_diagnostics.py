@@ -133,3 +133,26 @@ def test_skipped_and_unknown_status():
         diagnostics.status_error(status(contract.STATUS_SKIPPED), 2, None)
     )
     assert str(diagnostics.status_error(status(99), 5, None)) == "launch 5 ended with unknown status 99"
+
+
+def test_end_of_task_graph_bookkeeping_that_holds_is_silent():
+    # 3 workers with tasks, 5 iterations over two launches; the last launch ran 2 of them
+    assert diagnostics.end_of_task_graph_error(3, end_count=15, iterations_total=5, seen=15, iterations=2) is None
+    assert diagnostics.end_of_task_graph_error(3, end_count=0, iterations_total=0, seen=0, iterations=0) is None
+
+
+def test_a_controller_that_passed_end_of_task_graph_early_is_named():
+    message = diagnostics.end_of_task_graph_error(131, end_count=131, iterations_total=1, seen=130, iterations=1)
+    assert message == (
+        "END_OF_TASK_GRAPH fired early: the controller passed it after 130 of the 131 signals of the launch's last "
+        "iteration (1 worker(s) still running their last task) (csrc/runtime/scheduler.cuh)"
+    )
+
+
+def test_a_worker_signalling_twice_is_named():
+    message = diagnostics.end_of_task_graph_error(4, end_count=9, iterations_total=2, seen=9, iterations=2)
+    assert message.startswith("END_OF_TASK_GRAPH bookkeeping: the workers signalled 9 drained queues in 2 iterations")
+
+
+def test_the_status_mirror_has_the_controller_s_count():
+    assert abi.MpkStatus.end_seen.offset == 32 and abi.MpkStatus.end_seen.size == 8

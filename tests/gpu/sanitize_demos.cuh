@@ -2,7 +2,7 @@
 // (tests/gpu/test_sanitize_demos_gpu.py registers them, in the scene file it writes, and nowhere
 // else). Each copies its input slice (LEN int32) into its output slice, and then:
 //   out_of_bounds   (memcheck)  thread 0 also writes 1 MiB past the end of its output slice;
-//   racy            (racecheck) the threads pass the value through one shared word without a barrier;
+//   racy            (racecheck) each thread reads a shared word another warp writes, without a barrier;
 //   divergent_sync  (synccheck) odd and even threads of each warp wait at different barriers;
 //   uninitialized   (initcheck) writes nothing: a later copy task reads its (never written) output;
 //   copy            the plain copy, that later task.
@@ -29,14 +29,19 @@ __device__ __forceinline__ void out_of_bounds(TaskDesc const &task, Runtime cons
 
 template <int LEN>
 __device__ __forceinline__ void racy(TaskDesc const &task, Runtime const &) {
-  __shared__ int32_t word;
+  static_assert(LEN >= 64, "the race is between warps 0 and 1");
+  __shared__ int32_t staged[kWorkerThreads];
   int32_t const *in = task.input<int32_t>(0);
   int32_t *out = task.output<int32_t>(0);
-  for (int j = threadIdx.x; j < LEN; j += kWorkerThreads) {
-    word = in[j];
-    out[j] = word;
+  for (int base = 0; base < LEN; base += kWorkerThreads) {
+    int const j = base + threadIdx.x;
+    if (j < LEN) staged[threadIdx.x] = in[j];
+    // The bug: no __syncthreads() here, so each thread reads the word the same lane of the
+    // neighbouring warp writes, in whatever order the warps happen to run.
+    int const other = threadIdx.x ^ 32;
+    if (base + other < LEN && j < LEN) out[base + other] = staged[other];
+    __syncthreads();
   }
-  __syncthreads();
 }
 
 template <int LEN>

@@ -31,10 +31,12 @@ def test_the_sanitizer_reports_the_demo_bug(tool: str, tmp_path: Path) -> None:
     cls, finding = DEMOS[tool]
     cmd = [
         sys.executable, "-m", "pytest", str(HERE / "sanitize_demo_scenes.py"), "-p", "no:cacheprovider", "-q",
-        "--mpk-sanitize", tool, "--mpk-case", f"{cls}::b4", "--mpk-artifacts-dir", str(tmp_path),
+        "-n", "0", "--mpk-sanitize", tool, "--mpk-case", f"{cls}::b4", "--mpk-artifacts-dir", str(tmp_path),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=HERE.parents[1], capture_output=True, text=True, timeout=580, check=False)
     out = proc.stdout + proc.stderr
+    for raw in tmp_path.rglob("compute-sanitizer-*.log"):  # the tool's own words, should its format change
+        out += f"\n--- {raw.name} (first 60 lines):\n" + "\n".join(raw.read_text().splitlines()[:60])
     lines = out.splitlines()
     assert proc.returncode == 1, out
     assert any(line.startswith(f"compute-sanitizer {tool}: ") for line in lines), out

@@ -130,3 +130,18 @@ def test_scene_world_size_is_validated() -> None:
 
     with pytest.raises(ValueError, match=r"world_size=0.*an integer in \[1, 32\]"):
         scene_test(layer="allreduce", world_size=0)
+
+
+def test_under_mpirun_xdist_is_off_so_every_rank_runs_every_item_in_step(pytester: pytest.Pytester, monkeypatch) -> None:
+    """Our addopts say "-n auto": under mpirun each rank would otherwise hand its items to xdist
+    workers pinned to GPUs of their own (both ranks' gw0 on GPU 0, seen on 2 x H200)."""
+    from mpk_runtime.run import bootstrap
+
+    monkeypatch.setattr(bootstrap, "launched", lambda: (2, 0, 0))  # rank 0 of 2, as mpirun's environment says
+    pytester.makepyfile(
+        test_plain="import os\n\ndef test_in_this_process():\n    assert 'PYTEST_XDIST_WORKER' not in os.environ\n"
+    )
+    result = pytester.runpytest_inprocess("-n", "2")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["mpk: 2 ranks under MPI: pytest-xdist is off (each rank runs every item in step)"])
+    result.stdout.no_fnmatch_line("*created: 2/2 workers*")

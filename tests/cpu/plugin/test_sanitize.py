@@ -62,6 +62,22 @@ def test_explain_maps_the_line_the_worker_and_the_address() -> None:
     assert "0x7f0000000a00: byte 256 of tensor 'output'" in inside
 
 
+def test_a_location_without_an_absolute_path_is_still_shown() -> None:
+    text = (
+        "========= Barrier error detected. Divergent thread(s) in warp.\n"
+        "=========     at void mpk::demos::divergent_sync<64>(...)+0x90 in sanitize_demos.cuh:47\n"
+        "=========     by thread (1,0,0) in block (2,0,0)\n"
+        "========= Invalid __global__ read of size 4 bytes\n"
+        "=========     at mpk::persistent_kernel<false>(MpkKernelParams)+0x3f0\n"
+    )
+    first, second = sanitize.parse(text)
+    assert sanitize.explain(first, GRAPH, {}, str(CSRC)).splitlines()[1] == "  at sanitize_demos.cuh:47"
+    assert sanitize.explain(second, GRAPH, {}, str(CSRC)).splitlines() == [
+        "Invalid __global__ read of size 4 bytes",
+        "  at mpk::persistent_kernel<false>(MpkKernelParams)+0x3f0",
+    ]
+
+
 def test_a_racecheck_finding_names_both_accesses() -> None:
     out = f"""========= Error: Race reported between Write access at mpk::demo+0x90 in {CSRC}/tasks/common/demo.cuh:20
 =========     and Read access at mpk::demo+0xb0 in {CSRC}/tasks/common/demo.cuh:21 [128 hazards]
@@ -133,7 +149,7 @@ def test_findings_fail_the_case(pytester, scenes, monkeypatch, tmp_path, a_gpu) 
             "compute-sanitizer memcheck: 1 finding(s)",
             "Invalid __global__ write of size 4 bytes",
             "  at csrc/tasks/common/rmsnorm.cuh:42",
-            "artifacts: */test_scene.py_TestNorm_b2_sm90",
+            "artifacts: */test_scene.py_TestNorm_b2_sm90 (the tool's output: compute-sanitizer-memcheck.log)",
             "command: */compute-sanitizer --tool memcheck --error-exitcode 86 *",
         ]
     )
@@ -143,6 +159,8 @@ def test_findings_fail_the_case(pytester, scenes, monkeypatch, tmp_path, a_gpu) 
     last = len(seen["argv"]) - 1 - seen["argv"][::-1].index("--mpk-backend")
     assert seen["argv"][last + 1] == "gpu"  # after the repro's own --mpk-backend: the last one wins
     assert seen["env"][sanitize.CHILD] == "memcheck" and seen["env"]["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
+    (raw,) = pytester.path.rglob("compute-sanitizer-memcheck.log")  # in the case's artifacts, kept on failure
+    assert raw.read_text() == MEMCHECK
 
 
 def test_a_clean_sanitized_run_passes_and_a_failing_child_fails(pytester, scenes, monkeypatch, tmp_path, a_gpu) -> None:
@@ -155,3 +173,23 @@ def test_a_clean_sanitized_run_passes_and_a_failing_child_fails(pytester, scenes
     result = pytester.runpytest_inprocess("--mpk-sanitize", "initcheck", "--arch", "sm90")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["under compute-sanitizer initcheck the case failed (exit 1):", "*differs from the golden"])
+
+
+def test_the_child_command_runs_in_a_project_whose_addopts_start_xdist(pytester, scenes, monkeypatch, tmp_path, a_gpu) -> None:
+    """A project with "-n auto" in its addopts (ours has): the child's own options must still parse,
+    and it must run the case in one process. The stand-in sanitizer runs the real child command,
+    collecting only (no GPU here)."""
+    script = tmp_path / "compute-sanitizer"
+    script.write_text(
+        "#!/usr/bin/env python3\nimport os, subprocess, sys\n"
+        "args = sys.argv[1:]\n"
+        "while args[0].startswith('--'):\n    args = args[2:]  # --tool X --error-exitcode N --print-limit N\n"
+        "env = {**os.environ, 'PYTEST_ADDOPTS': '-n auto'}\n"
+        "sys.exit(subprocess.run([*args, '--collect-only', '--mpk-backend', 'compile-only'], env=env).returncode)\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(sanitize, "find_tool", lambda: str(script))
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("--mpk-sanitize", "memcheck", "--arch", "sm90")
+    result.assert_outcomes(passed=1)
+    assert "-n 0" in " ".join(sanitize.child_command("cs", "memcheck", "pytest x.py::T::c", 10.0))

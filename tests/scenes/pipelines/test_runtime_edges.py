@@ -1,0 +1,58 @@
+"""The runtime's own edge cases as scenes. A straggler: a wide layer, then one long task that runs
+while every other worker has drained its queue, so END_OF_TASK_GRAPH must wait for that one
+worker (the host checks the count the controller passed at). A graph of a single task: a count of
+one, one worker, nothing to overlap."""
+
+import torch
+
+from pytest_mpk import Case, Out, SceneTestCase, scene_test
+
+from .pytorch_reference import linear, rmsnorm
+
+
+@scene_test(layer="runtime_straggler")
+class TestStraggler(SceneTestCase):
+    # The last task reads k x n weights alone: 512 KB (k 2048, n 128), long after the 32 short tasks.
+    CASES = [Case("wide_then_one", batch=2, hidden=512, wide=2048, tasks=32, n=128)]
+
+    def generate_args(self, params):
+        b, h, w, n = params["batch"], params["hidden"], params["wide"], params["n"]
+        bf = torch.bfloat16
+        return {
+            "input": torch.randn(b, h, dtype=bf),
+            "w_wide": torch.randn(w, h, dtype=bf) / h**0.5,
+            "w_last": torch.randn(n, w, dtype=bf) / w**0.5,
+            "output": Out(torch.empty(b, n, dtype=bf)),
+        }
+
+    def build(self, pk, t, params):
+        b, w, bd = params["batch"], params["wide"], pk.block_dim
+        mid = pk.new_tensor((b, w), torch.bfloat16, "mid")
+        pk.linear_layer(input=t.input, weight=t.w_wide, output=mid, grid_dim=(params["tasks"], 1, 1), block_dim=bd)
+        pk.linear_layer(input=mid, weight=t.w_last, output=t.output, grid_dim=(1, 1, 1), block_dim=bd)
+
+    def compute_golden(self, args, params):
+        return linear(linear(args.input, args.w_wide), args.w_last)
+
+
+@scene_test(layer="runtime_one_task")
+class TestOneTask(SceneTestCase):
+    CASES = [Case("one_row", hidden=1024)]
+
+    def generate_args(self, params):
+        h = params["hidden"]
+        return {
+            "input": torch.randn(1, h, dtype=torch.bfloat16),
+            "weight": torch.randn(h, dtype=torch.bfloat16),
+            "output": Out(torch.empty(1, h, dtype=torch.bfloat16)),
+        }
+
+    def build(self, pk, t, params):
+        pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return rmsnorm(args.input, args.weight)
+
+
+if __name__ == "__main__":
+    SceneTestCase.run_module(__name__)
