@@ -84,8 +84,10 @@ class GuardedTensors:
     def task_memory(self, graph: CompiledGraph, task: TaskInfo) -> Memory:
         """The tensors, and the ranges ``task`` may read and write, for slice checking."""
         shapes = {t.name: t.shape for t in graph.tensors}
+        scratch = {t.name for t in graph.tensors if t.kind == "workspace"}  # the layer's own, passed as inputs
         layer = graph.layers[task.layer]
         writable = [r for s in task.outputs for r in self._runs(s, shapes[s.tensor])]
+        writable += [r for s in task.inputs if s.tensor in scratch for r in self._runs(s, shapes[s.tensor])]
         readable = writable + [r for s in task.inputs for r in self._runs(s, shapes[s.tensor])]
         readable += [
             (self.pointers[n], self.pointers[n] + v.numel() * v.element_size())
@@ -94,6 +96,8 @@ class GuardedTensors:
         ]
         ins = ", ".join(_slice_text(s) for s in task.inputs) or "nothing"
         outs = ", ".join(_slice_text(s) for s in task.outputs) or "nothing"
+        if any(s.tensor in scratch for s in task.inputs):
+            outs += " (and its layer's workspace)"
         text = f"{task.label} of layer {layer.name} reads {ins} (and the meta tensors) and writes {outs}"
         return Memory(tensors=self.table, readable=_ranges(readable), writable=_ranges(writable), slices=text.encode())
 

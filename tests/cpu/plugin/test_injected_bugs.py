@@ -149,3 +149,15 @@ def test_embed_accepting_a_token_id_equal_to_the_vocabulary_size(pytester, injec
             f"the end of tensor weight at {at}:*"
         ]
     )
+
+
+def test_a_layer_s_workspace_is_writable_by_its_own_tasks_under_the_check(pytester):
+    """The split attention's tasks write their partial results into the layer's workspace (passed to
+    them as an input, whole): --mpk-emulate-check allows it rather than reporting a write outside
+    the task's output slices."""
+    scene = SCENES / "paged_attention" / "test_paged_attention.py"
+    result = pytester.runpytest_inprocess(
+        str(scene), "--rootdir", str(SCENES.parent.parent), "--import-mode=importlib", "-p", "no:cacheprovider",
+        "--mpk-case", "TestDecodeWithHistory::b4_split4", "--arch", "sm90", "--mpk-backend", "emulate", "--mpk-emulate-check",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
