@@ -19,6 +19,11 @@ DEFAULT_TOLERANCES = {
     torch.float64: (1e-7, 1e-9),
 }
 WORST = 8
+# A 16-bit output's elements that differ from the golden rounded to that dtype: a kernel rounding to
+# nearest differs by its summation order alone, on either side; one that truncates (or rounds up)
+# puts nearly all of them on one side. Judged only from this many differing elements on.
+BIAS_MIN_DIFFERING = 256
+BIAS_SHARE = 0.9  # ... and only when at least this share lies on one side (toward or away from zero)
 
 
 class MismatchError(AssertionError):
@@ -91,6 +96,33 @@ def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float |
         torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol, equal_nan=False)
     except AssertionError:
         raise MismatchError(report(name, actual, expected, rtol, atol)) from None
+    biased = rounding_bias(actual, expected)
+    if biased is not None:
+        raise MismatchError(f"output {name!r}: {biased}")
+
+
+def rounding_bias(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """Why a 16-bit float output within tolerance still looks wrongly rounded, or None: of the
+    elements that differ from the golden rounded to nearest in the output's dtype, almost all lie
+    toward zero (truncation) or away from it. Tolerances of a bf16 output are wider than a rounding
+    mode's error, so only this side count shows a converter that truncates."""
+    if actual.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    a, e = actual.float(), expected.to(actual.dtype).float()
+    differ = (a != e) & torch.isfinite(a) & torch.isfinite(e) & (e != 0) & (torch.sign(a) == torch.sign(e))
+    n = int(differ.sum())
+    if n < BIAS_MIN_DIFFERING:
+        return None
+    toward = int((differ & (a.abs() < e.abs())).sum())
+    share = max(toward, n - toward) / n
+    if share < BIAS_SHARE:
+        return None
+    side = "toward zero" if toward > n - toward else "away from zero"
+    return (
+        f"within tolerance, but rounded {side}: of the {n} elements that differ from the golden rounded to nearest "
+        f"{str(actual.dtype).replace('torch.', '')}, {share:.1%} lie {side} (a kernel that rounds to nearest differs by "
+        f"summation order alone, on either side); look for a conversion that truncates"
+    )
 
 
 def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:

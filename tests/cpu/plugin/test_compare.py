@@ -168,3 +168,37 @@ def test_wrong_shape_or_type_of_golden(actual, expected, message: str) -> None:
     with pytest.raises(MismatchError) as e:
         check("out", actual, expected)
     assert str(e.value) == message
+
+
+def _truncate_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> bf16 dropping the low 16 bits: rounding toward zero."""
+    return (x.float().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+
+
+def test_a_truncating_conversion_is_caught_though_within_tolerance() -> None:
+    torch.manual_seed(0)
+    exact = torch.randn(64, 256)
+    truncated = _truncate_to_bf16(exact)
+    torch.testing.assert_close(truncated, exact.to(torch.bfloat16), rtol=1.6e-2, atol=1e-2)  # the tolerance passes it
+    with pytest.raises(compare.MismatchError) as e:
+        compare.check("y", truncated, exact)
+    assert "output 'y': within tolerance, but rounded toward zero: of the" in str(e.value)
+    assert "100.0% lie toward zero" in str(e.value)
+
+
+def test_summation_order_differences_on_both_sides_pass() -> None:
+    """A kernel that rounds to nearest after summing in another order; and fp32 errors of 2**-9 either
+    way, large enough that a third of the elements round differently: both pass."""
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 1024), torch.randn(1024, 256)
+    golden = x @ w
+    reordered = (x[:, :512] @ w[:512] + x[:, 512:] @ w[512:]).to(torch.bfloat16)
+    compare.check("y", reordered, golden)  # (one element of 16384 differs: far below the count judged)
+    nudged = (golden * (1 + 2**-9 * torch.where(torch.rand_like(golden) < 0.5, 1.0, -1.0))).to(torch.bfloat16)
+    assert int((nudged.float() != golden.to(torch.bfloat16).float()).sum()) >= compare.BIAS_MIN_DIFFERING
+    compare.check("y", nudged, golden)  # many differences, half each way
+
+
+def test_too_few_differences_say_nothing_about_rounding() -> None:
+    exact = torch.randn(4, 32)
+    compare.check("y", _truncate_to_bf16(exact), exact)  # at most 128 differ: below the count judged
