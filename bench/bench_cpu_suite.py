@@ -3,8 +3,10 @@ run filled): the default suite (plain ``pytest``: tests/cpu and tests/scenes, em
 README's main command (``pytest -p mpk tests/scenes``). Targets on the 2-core machine: the default
 suite <= 4 min cold and <= 90 s warm, the main command <= 3 min cold and <= 60 s warm.
 
-Besides the wall time it prints the CPU time of the run and its children (nvcc included) and the
-load average before and after: on a shared machine the wall time alone says little.
+Besides the wall time it prints the CPU time of the run and its children (nvcc included), the load
+average before and after, and how many cache entries the run built (nvcc modules, host-emulation
+modules): on a shared machine the wall time alone says little, and the builds are most of a cold
+run's work.
 
     python bench/bench_cpu_suite.py                 # both suites, cold then warm
     python bench/bench_cpu_suite.py --suite main    # one of them
@@ -35,12 +37,25 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def builds_since(cache: Path, start: float) -> dict:
+    """The cache entries published since ``start`` (wall clock): nvcc modules and host builds."""
+    counts = {"nvcc": 0, "host": 0}
+    for record in (cache / "modules").glob("*/build.json"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("built_at", 0) >= start:
+            counts["host" if "compiler" in data else "nvcc"] += 1
+    return counts
+
+
 def run(suite: str, cache: Path) -> dict:
     env = {**os.environ, "MPK_CACHE_DIR": str(cache)}
     env.pop("CI", None)  # the profile a developer gets
     cmd = [str(Path(sys.executable).parent / SUITES[suite][0]), *SUITES[suite][1:]]
     load = os.getloadavg()[0]
-    cpu, start = children_cpu(), time.perf_counter()
+    cpu, start, began = children_cpu(), time.perf_counter(), time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - start, children_cpu() - cpu
     lines = proc.stdout.strip().splitlines()
@@ -51,6 +66,7 @@ def run(suite: str, cache: Path) -> dict:
         "cpu_s": round(cpu, 1),
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
+        "built": builds_since(cache, began),
         "exit": proc.returncode,
         "summary": lines[-1] if lines else proc.stderr[-300:],
     }

@@ -6,6 +6,9 @@ csrc, and runs a real scene file of tests/scenes with pytester."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,18 +21,28 @@ SCENES = Path(__file__).resolve().parents[2] / "scenes"  # tests/scenes
 
 
 @pytest.fixture
-def inject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def inject(monkeypatch: pytest.MonkeyPatch):
     """inject(header, old, new): host builds see csrc/<header> with ``old`` replaced by ``new``;
-    returns the patched copy's path, as reports print it."""
-    patched = tmp_path / "patched"
+    returns the patched copy's path, as reports print it.
+
+    The copy lies in a directory named for its content, outside the checkout, the same in every run:
+    a host build's key holds the paths of its headers (its debug lines name them), so a copy at a new
+    path each run would be built again each run; at a fixed path a later run finds it in the cache."""
+    dirs: list[Path] = []
 
     def patch(header: str, old: str, new: str) -> str:
         text = (resources.CSRC / header).read_text()
         assert text.count(old) == 1, f"csrc/{header} no longer holds {old!r}; update this test"
-        copy = patched / header
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(text.replace(old, new))
-        monkeypatch.setattr(start, "build_host_module", functools.partial(host.build_host_module, include_dirs=[patched]))
+        patched = text.replace(old, new)
+        digest = hashlib.sha256(f"{header}\0{patched}".encode()).hexdigest()[:16]
+        copy = Path(tempfile.gettempdir()) / f"mpk-injected-{digest}" / header
+        if not copy.is_file() or copy.read_text() != patched:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            tmp = copy.with_name(f".{copy.name}.{os.getpid()}")
+            tmp.write_text(patched)
+            tmp.replace(copy)  # whole, for a test in another worker reading it now
+        dirs.append(copy.parents[len(Path(header).parts) - 1])
+        monkeypatch.setattr(start, "build_host_module", functools.partial(host.build_host_module, include_dirs=list(dirs)))
         return str(copy)
 
     return patch

@@ -5,10 +5,12 @@ be written, and a build cache entry that was rebuilt (shown in the case's report
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,8 +176,13 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     )
     result = pytester.runpytest_inprocess("-rA")
     name = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("module from the cache: "))
-    private = tmp_path / "private"
-    shutil.copytree(os.environ["MPK_CACHE_DIR"] + f"/modules/{name}", private / "modules" / name)
+    private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
+    # The damaged nvcc entry, beside sound copies of the host-emulation builds the case also needs
+    # (the emulator's runtime archive, the module's host build): only the damaged entry is rebuilt.
+    stem = name.rsplit("-", 2)[0]
+    for entry in [shared / name, *shared.glob("emulation-runtime-*"), *shared.glob(f"{glob.escape(stem)}-host-*")]:
+        if entry.is_dir():
+            shutil.copytree(entry, private / "modules" / entry.name)
     (private / "modules" / name / "build.json").write_text(json.dumps(None))
     monkeypatch.setenv("MPK_CACHE_DIR", str(private))
     result = pytester.runpytest_inprocess("-rA")

@@ -72,25 +72,24 @@ def graph() -> CompiledGraph:
 
 
 @pytest.fixture(scope="session")
-def compiled_graph(tmp_path_factory):
+def compiled_graph(tmp_path_factory, mpk_cache_dir):
     """task_graph_rank0.json of a real compile_only build (sm90, 4 workers, round robin, so tasks
     cross workers and wait on events): a chain of three single-task noop layers, then a fan-out
-    to 4 tasks and a fan-in back to one. Built once per session (nvcc takes seconds)."""
+    to 4 tasks and a fan-in back to one. Once per session, its module from the session's cache (a
+    noop graph's: nvcc takes seconds the first time, a later run finds it)."""
     from mpk_runtime import PersistentKernel
 
     root = tmp_path_factory.mktemp("compiled")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MPK_CACHE_DIR", str(root / "cache"))
-        params = PersistentKernel.get_default_init_parameters()
-        params.update(compile_only=True, target_cc=90, num_workers=4, num_local_schedulers=2, placement="round_robin")
-        pk = PersistentKernel(**params)
-        x = [pk.attach_input(torch.zeros(4, dtype=torch.int32), f"x{i}") for i in range(4)]
-        wide = pk.attach_input(torch.zeros(4, dtype=torch.int32), "wide")
-        sink = pk.attach_input(torch.zeros(1, dtype=torch.int32), "sink")
-        for i in range(3):
-            pk.noop_layer([x[i]], [x[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim)
-        pk.noop_layer([x[3]], [wide], grid_dim=(4, 1, 1), block_dim=pk.block_dim)  # fan-out
-        pk.noop_layer([wide], [sink], grid_dim=(1, 1, 1), block_dim=pk.block_dim)  # fan-in
-        pk.compile(output_dir=root / "out")
+    params = PersistentKernel.get_default_init_parameters()
+    params.update(compile_only=True, target_cc=90, num_workers=4, num_local_schedulers=2, placement="round_robin")
+    pk = PersistentKernel(**params)
+    x = [pk.attach_input(torch.zeros(4, dtype=torch.int32), f"x{i}") for i in range(4)]
+    wide = pk.attach_input(torch.zeros(4, dtype=torch.int32), "wide")
+    sink = pk.attach_input(torch.zeros(1, dtype=torch.int32), "sink")
+    for i in range(3):
+        pk.noop_layer([x[i]], [x[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+    pk.noop_layer([x[3]], [wide], grid_dim=(4, 1, 1), block_dim=pk.block_dim)  # fan-out
+    pk.noop_layer([wide], [sink], grid_dim=(1, 1, 1), block_dim=pk.block_dim)  # fan-in
+    pk.compile(output_dir=root / "out")
     path = root / "out" / "task_graph_rank0.json"
     return path, json.loads(path.read_text())
