@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from mpk_runtime.harness import find_reference
+from pytest_mpk import active_tokens
 
 MAX_TOKENS = 64  # rows of every token dimension: max_num_batched_tokens; one build serves 1..64 active
 PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "few_experts", "nan")
@@ -15,12 +16,7 @@ routing_reference = find_reference("moe_topk_softmax_routing")
 
 def kernel_params(active: int) -> dict:
     """A batch of MAX_TOKENS token rows with `active` live tokens (one request with an `active`-token prompt)."""
-    return {
-        "max_num_batched_tokens": MAX_TOKENS,
-        "max_seq_length": MAX_TOKENS,
-        "max_num_pages": MAX_TOKENS,
-        "meta_tensors": {"prompt_lengths": torch.tensor([active], dtype=torch.int32)},
-    }
+    return active_tokens(MAX_TOKENS, active)
 
 
 def live(active: int, *lead: int) -> torch.Tensor:
