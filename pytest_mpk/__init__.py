@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, first_batch_meta, model_batches, scene_test
+from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, active_tokens, first_batch_meta, model_batches, scene_test
 
 __all__ = [
     "Case",
@@ -11,6 +11,7 @@ __all__ = [
     "Out",
     "PerRank",
     "SceneTestCase",
+    "active_tokens",
     "first_batch_meta",
     "model_batches",
     "scene_test",

@@ -146,6 +146,21 @@ def first_batch_meta(kernel_params: dict[str, Any]) -> Any:
     return types.SimpleNamespace(**model({"test_mode": True, **kernel_params}))
 
 
+def active_tokens(rows: int, active: int) -> dict[str, Any]:
+    """``kernel_params`` for a batch of ``rows`` token rows whose iteration has only ``active`` tokens
+    (one request with an ``active``-token prompt): layers compute the first ``active`` rows and leave
+    the rest alone, so the golden marks them unwritten
+    (``Expected(value, written=torch.arange(rows) < active)``)."""
+    import torch
+
+    return {
+        "max_num_batched_tokens": rows,
+        "max_seq_length": rows,
+        "max_num_pages": rows,
+        "meta_tensors": {"prompt_lengths": torch.tensor([active], dtype=torch.int32)},
+    }
+
+
 def model_batches(kernel_params: dict[str, Any]) -> Any:
     """Like ``first_batch_meta``, for every iteration of the launch (offline mode: many): an
     iterator of the meta tensors as each iteration sees them, for goldens that replay the batches."""

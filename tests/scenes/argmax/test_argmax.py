@@ -5,7 +5,7 @@ import torch
 from hypothesis import strategies as st
 
 from mpk_runtime.harness import find_reference as find
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Expected, Out, SceneTestCase, active_tokens, scene_test
 
 
 def logits(params):
@@ -16,6 +16,12 @@ def logits(params):
         for row in range(b):
             for col in (v - 1, v // 2 + row, row % (v // params["parts"])):
                 x[row, col] = 9.0
+    if params.get("nan"):
+        # a NaN in every other row, in another chunk than the row's largest number: the NaN must win
+        chunk = v // params["parts"]
+        for row in range(0, b, 2):
+            top = int(x[row].float().argmax()) // chunk
+            x[row, ((top + 1 + row) % params["parts"]) * chunk + row % chunk] = float("nan")
     return x
 
 
@@ -48,6 +54,7 @@ class TestSampling(SceneTestCase):
         Case("b1_v32000", batch=1, vocab=32000, parts=64, ties=False),
         Case("b16_v4096", batch=16, vocab=4096, parts=16, ties=False),
         Case("b4_ties", batch=4, vocab=2048, parts=8, ties=True),
+        Case("b4_nan", batch=4, vocab=2048, parts=8, ties=False, nan=True),
     ]
     SWEEP = {"batch": st.integers(1, 16), "vocab": st.just(4096), "parts": st.sampled_from([1, 8, 32]), "ties": st.booleans()}
 
@@ -87,6 +94,21 @@ class TestSamplingIntoOutputTokens(SceneTestCase):
 
     def compute_golden(self, args, params):
         return torch.argmax(args.logits.float(), dim=-1)
+
+
+@scene_test(layer="argmax_reduce")
+class TestSamplingActiveTokens(TestSampling):
+    """A batch of max_num_batched_tokens rows whose iteration has fewer active tokens (one request
+    with a shorter prompt): only their tokens are sampled, the other rows of tokens stay unwritten."""
+
+    CASES = [Case("b16_v4096_active5", batch=16, vocab=4096, parts=16, ties=False, active=5)]
+    SWEEP = {}
+
+    def kernel_params(self, params):
+        return active_tokens(params["batch"], params["active"])
+
+    def compute_golden(self, args, params):
+        return Expected(torch.argmax(args.logits.float(), dim=-1), written=torch.arange(params["batch"]) < params["active"])
 
 
 if __name__ == "__main__":

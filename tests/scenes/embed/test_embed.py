@@ -2,7 +2,7 @@
 
 import torch
 
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Expected, Out, SceneTestCase, active_tokens, scene_test
 
 OUTSIDE = r"token id {} is outside the vocabulary \[0, {}\)"
 
@@ -23,11 +23,17 @@ class TestEmbed(SceneTestCase):
         Case("b5_v50_h100", batch=5, vocab=50, hidden=100, tasks=4),  # 25 columns a task: the scalar path
         Case("b5_v50_h100_id_vocab", batch=5, vocab=50, hidden=100, tasks=4, bad_token=50, raises=OUTSIDE.format(50, 50)),
         Case("b5_v50_h100_id_last", batch=5, vocab=50, hidden=100, tasks=4, bad_token=49),  # the last row is valid
+        Case("b5_v50_h100_id_negative", batch=5, vocab=50, hidden=100, tasks=4, bad_token=-1, raises=OUTSIDE.format(-1, 50)),
+        # A prompt shorter than the batch: the rows of the 2 inactive tokens stay unwritten.
+        Case("b5_v50_h100_active3", batch=5, vocab=50, hidden=100, tasks=4, active=3),
+        Case("b16_v1000_h1024_active5", batch=16, vocab=1000, hidden=1024, tasks=8, active=5),
     ]
 
     def kernel_params(self, params):
-        b = params["batch"]  # one request whose prompt is the batch: input_tokens = the prompt
-        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b, "meta_tensors": {"tokens": prompt(params)}}
+        b = params["batch"]  # one request whose prompt is the batch, or its first `active` tokens
+        kp = active_tokens(b, params.get("active", b))
+        kp["meta_tensors"]["tokens"] = prompt(params)  # input_tokens = the prompt
+        return kp
 
     def generate_args(self, params):
         return {
@@ -40,7 +46,8 @@ class TestEmbed(SceneTestCase):
         pk.embed_layer(input=tokens, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
-        return args.weight[prompt(params)[0]]
+        b = params["batch"]
+        return Expected(args.weight[prompt(params)[0]], written=torch.arange(b) < params.get("active", b))
 
 
 if __name__ == "__main__":

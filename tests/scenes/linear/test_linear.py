@@ -3,7 +3,7 @@
 import torch
 from hypothesis import strategies as st
 
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Out, SceneTestCase, active_tokens, scene_test
 
 
 @scene_test(layer="linear")
@@ -52,13 +52,7 @@ class TestLinearActiveTokens(SceneTestCase):
     CASES = [Case("16_rows_5_active", batch=16, active=5)]
 
     def kernel_params(self, params):
-        b = params["batch"]
-        return {
-            "max_num_batched_tokens": b,
-            "max_seq_length": b,
-            "max_num_pages": b,
-            "meta_tensors": {"prompt_lengths": torch.tensor([params["active"]], dtype=torch.int32)},
-        }
+        return active_tokens(params["batch"], params["active"])
 
     def generate_args(self, params):
         return {

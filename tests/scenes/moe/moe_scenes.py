@@ -7,20 +7,16 @@ from __future__ import annotations
 import torch
 
 from mpk_runtime.harness import find_reference
+from pytest_mpk import active_tokens
 
 MAX_TOKENS = 64  # rows of every token dimension: max_num_batched_tokens; one build serves 1..64 active
-PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "few_experts", "nan")
+PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "signed_zeros", "few_experts", "nan")
 routing_reference = find_reference("moe_topk_softmax_routing")
 
 
 def kernel_params(active: int) -> dict:
     """A batch of MAX_TOKENS token rows with `active` live tokens (one request with an `active`-token prompt)."""
-    return {
-        "max_num_batched_tokens": MAX_TOKENS,
-        "max_seq_length": MAX_TOKENS,
-        "max_num_pages": MAX_TOKENS,
-        "meta_tensors": {"prompt_lengths": torch.tensor([active], dtype=torch.int32)},
-    }
+    return active_tokens(MAX_TOKENS, active)
 
 
 def live(active: int, *lead: int) -> torch.Tensor:
@@ -34,7 +30,8 @@ def logits(pattern: str, experts: int, tokens: int = MAX_TOKENS) -> torch.Tensor
     uniform: random; one_expert: expert 3 first for every token (k = 1: every token to one expert);
     all_same: every token the same row (k experts with every token, the rest with none);
     ties: small integers, and experts 2i, 2i+1 equal (resolved to the lower index);
-    zeros: all equal (experts 0..k-1); few_experts: experts from 5 on far below the rest (with k <= 5
+    zeros: all equal (experts 0..k-1); signed_zeros: zeros of random sign (-0 == +0: experts 0..k-1
+    as for zeros); few_experts: experts from 5 on far below the rest (with k <= 5
     most experts get no token); nan: random with NaN and -inf entries (NaN counts as -inf)."""
     x = torch.randn(tokens, experts)
     if pattern == "one_expert":
@@ -46,6 +43,8 @@ def logits(pattern: str, experts: int, tokens: int = MAX_TOKENS) -> torch.Tensor
         x[:, 1::2] = x[:, 0::2][:, : x[:, 1::2].shape[1]]
     elif pattern == "zeros":
         x.zero_()
+    elif pattern == "signed_zeros":
+        x = torch.zeros_like(x).copysign(x)
     elif pattern == "few_experts":
         x[:, 5:] -= 100.0  # experts 0..4 take every first choice; with k > 5 the rest spill over
     elif pattern == "nan":

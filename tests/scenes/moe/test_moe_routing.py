@@ -18,6 +18,8 @@ class TestMoeRouting(SceneTestCase):
         Case("e64_k8_uniform_a1", experts=64, topk=8, active=1, pattern="uniform", dtype="bf16"),
         Case("e64_k8_ties_a37", experts=64, topk=8, active=37, pattern="ties", dtype="bf16"),
         Case("e64_k1_zeros_a64", experts=64, topk=1, active=64, pattern="zeros", dtype="bf16"),
+        Case("e64_k1_signed_zeros_a64", experts=64, topk=1, active=64, pattern="signed_zeros", dtype="bf16"),
+        Case("e128_k8_signed_zeros_a64", experts=128, topk=8, active=64, pattern="signed_zeros", dtype="bf16"),
         Case("e64_k1_few_experts_a20", experts=64, topk=1, active=20, pattern="few_experts", dtype="bf16"),
         Case("e128_k8_uniform_a64", experts=128, topk=8, active=64, pattern="uniform", dtype="bf16"),
         Case("e128_k8_all_same_a64", experts=128, topk=8, active=64, pattern="all_same", dtype="bf16"),

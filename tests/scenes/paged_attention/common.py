@@ -4,7 +4,8 @@ KV cache whose history is filled at the pages the runtime will assign, and the g
 
 A request (prompt, history) with history < prompt prefills the rest of its prompt (as much as the
 token budget allows); with history >= prompt it decodes one token. ``tokens`` (0: just enough) is
-max_num_batched_tokens, ``slots`` (0: one per request) max_num_batched_requests, ``splits`` grid z.
+max_num_batched_tokens, ``slots`` (0: one per request) max_num_batched_requests, ``splits`` grid z,
+``qk_scale`` the magnitude of the new tokens' q and k heads (v stays at 1).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ DEFAULTS = {
     "dtype": "bf16",
     "tokens": 0,
     "slots": 0,
+    "qk_scale": 1.0,
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -108,8 +110,10 @@ class AttentionScene(SceneTestCase):
         k_cache = torch.randn(pages, ps, kv_heads, d, dtype=dtype)  # slots nobody writes keep these
         v_cache = torch.randn(pages, ps, kv_heads, d, dtype=dtype)
         fill_history(k_cache, v_cache, kp, params, q_norm, k_norm, cos, sin)
+        x = torch.randn(tokens, (h + 2 * kv_heads) * d)
+        x[:, : (h + kv_heads) * d] *= params["qk_scale"]
         return {
-            "input": torch.randn(tokens, (h + 2 * kv_heads) * d, dtype=dtype),
+            "input": x.to(dtype),
             "k_cache": InOut(k_cache),
             "v_cache": InOut(v_cache),
             "q_norm": q_norm,

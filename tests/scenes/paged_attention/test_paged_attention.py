@@ -85,6 +85,14 @@ class TestGQA(AttentionScene):
 
 
 @scene_test(layer="paged_attention")
+class TestSmallQK(AttentionScene):
+    """q and k heads of magnitude ~1e-4 (a prefill and a decode over history): eps (1e-6) of their
+    RMSNorm then outweighs mean(x^2), so where it sits shows; the build of TestGQA::g4."""
+
+    CASES = [case("tiny_qk", requests=TestGQA.REQUESTS, qk_scale=1e-4)]
+
+
+@scene_test(layer="paged_attention")
 class TestPageBoundaries(AttentionScene):
     """KV lengths at page edges: 32 and 16 tokens fill their last page exactly, 33 and 17 put one
     token on a new page; pages of 64 and 128."""

@@ -3,7 +3,8 @@
 import torch
 from hypothesis import strategies as st
 
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from mpk_runtime.harness import find_reference
+from pytest_mpk import Case, Expected, Out, SceneTestCase, active_tokens, scene_test
 
 
 @scene_test(layer="rmsnorm")
@@ -14,6 +15,8 @@ class TestRMSNorm(SceneTestCase):
         Case("b16_sm80", batch=16, hidden=4096, archs=("sm80",)),
         Case("b8_h1024", batch=8, hidden=1024),
         Case("b5_h1001", batch=5, hidden=1001),  # odd hidden size: the scalar path
+        # The smallest scalar-path row: most threads own no column, and a wrong divisor is ~8% off.
+        Case("b3_h7", batch=3, hidden=7),
         # Inputs so small that eps (1e-6) outweighs mean(x^2): a misplaced eps shows; the module of b8_h1024.
         Case("b8_h1024_tiny", batch=8, hidden=1024, scale=1e-4),
         Case("b5_h1001_tiny", batch=5, hidden=1001, scale=3e-4),
@@ -45,6 +48,26 @@ class TestRMSNormFp16(TestRMSNorm):
     CASES = [Case("b4_rows2", batch=4, hidden=2048, tasks=2)]
     SWEEP = {}
     DTYPE = torch.float16
+
+
+@scene_test(layer="rmsnorm")
+class TestRMSNormActiveTokens(TestRMSNorm):
+    """A batch of max_num_batched_tokens rows whose iteration has fewer active tokens (one request
+    with a shorter prompt): only those rows are normalized, the rest stay unwritten. With two tasks
+    of four rows, the first is partly active and the second has no active row at all."""
+
+    CASES = [
+        Case("b8_h1024_active3", batch=8, hidden=1024, active=3),
+        Case("b8_h1024_active3_t2", batch=8, hidden=1024, active=3, tasks=2),
+    ]
+    SWEEP = {}
+
+    def kernel_params(self, params):
+        return active_tokens(params["batch"], params["active"])
+
+    def compute_golden(self, args, params):
+        value = find_reference("rmsnorm")(args.input, args.weight)
+        return Expected(value, written=torch.arange(params["batch"]) < params["active"])
 
 
 if __name__ == "__main__":

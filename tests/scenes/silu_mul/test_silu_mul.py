@@ -4,7 +4,7 @@ import torch
 from hypothesis import strategies as st
 
 from mpk_runtime.harness import find_reference as find
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Expected, Out, SceneTestCase, active_tokens, scene_test
 
 
 @scene_test(layer="silu_mul")
@@ -26,6 +26,25 @@ class TestSiluMul(SceneTestCase):
 
     def compute_golden(self, args, params):
         return find("silu_mul")(args.input, num_groups=params["groups"])
+
+
+@scene_test(layer="silu_mul")
+class TestSiluMulActiveTokens(TestSiluMul):
+    """A batch of max_num_batched_tokens rows whose iteration has fewer active tokens (one request
+    with a shorter prompt): only those rows are computed, on both the 16-byte and the scalar path."""
+
+    CASES = [
+        Case("b8_i4096_g32_active3", batch=8, inter=4096, groups=32, active=3),
+        Case("b3_i100_g4_active1", batch=3, inter=100, groups=4, active=1),
+    ]
+    SWEEP = {}
+
+    def kernel_params(self, params):
+        return active_tokens(params["batch"], params["active"])
+
+    def compute_golden(self, args, params):
+        value = find("silu_mul")(args.input, num_groups=params["groups"])
+        return Expected(value, written=torch.arange(params["batch"]) < params["active"])
 
 
 if __name__ == "__main__":
