@@ -25,9 +25,12 @@ MOE_ELEMENTWISE = ("tests/scenes/moe/test_moe_elementwise.py",)
 MOE_SILU = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeSiluMul",)
 MOE_SUM = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeMulSumAdd",)
 ATTENTION = ("tests/scenes/paged_attention/test_paged_attention.py",)
-# Code every layer runs (the runtime): rmsnorm (one request, pages of one token) and the attention
-# scenes that read the page table at its edges, leave batch slots unused, or run many iterations.
+# Code every layer runs (the runtime): the scenes of the runtime's own edges (a straggler that
+# END_OF_TASK_GRAPH must wait for, a one-task graph), rmsnorm (one request, pages of one token) and
+# the attention scenes that read the page table at its edges, leave batch slots unused, or run
+# many iterations.
 RUNTIME = (
+    "tests/scenes/pipelines/test_runtime_edges.py",
     "tests/scenes/rmsnorm/test_rmsnorm.py",
     "tests/scenes/paged_attention/test_paged_attention.py::TestPageBoundaries",
     "tests/scenes/paged_attention/test_paged_attention.py::TestMixed",
