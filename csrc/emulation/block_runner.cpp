@@ -12,7 +12,8 @@
 // Shuffle results follow the PTX ISA's shfl.sync definition (clamp / segment mask from the width),
 // with each lane's own source lane or offset. A warp_exchange (mma) completes like a shuffle and
 // hands every lane's payload to its combine function. cp.async copies wait in their thread's queue
-// until its cp_async_wait_all() (or its return, as the hardware lands them anyway).
+// until its cp_async_wait_all(), the cp_async_wait_group(n) that covers their group (all but the
+// newest n committed groups), or its return (the hardware lands them anyway).
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
@@ -176,9 +177,15 @@ Thread &current(char const *what) {
   return *tls_thread;
 }
 
-void land_copies(Thread &t) {
+// Land the thread's copies of groups older than `before` (every copy: ~0u), keep the rest in flight.
+void land_copies(Thread &t, uint32_t before = ~0u) {
+  int kept = 0;
   for (int i = 0; i < t.num_copies; ++i) {
     AsyncCopy const &c = t.copies[i];
+    if (c.group >= before) {
+      t.copies[kept++] = c;
+      continue;
+    }
     if (tls_block->cfg.race_check)
       race_async_land(reinterpret_cast<uintptr_t>(c.dst), reinterpret_cast<uintptr_t>(c.src), c.bytes, c.pc);
     if (c.src)
@@ -186,7 +193,7 @@ void land_copies(Thread &t) {
     else
       memset(c.dst, 0, c.bytes);  // a zero-filling copy (cp_async_16_zfill of nothing)
   }
-  t.num_copies = 0;
+  t.num_copies = kept;
 }
 
 void fiber_main(void *p) {
@@ -578,13 +585,20 @@ void cp_async_issue(void *smem_dst, void const *src, unsigned bytes) {
     abort_block(prefix("too many cp.async copies") + describe_thread(t.tid) + " has " +
                 std::to_string(kMaxAsyncCopies) +
                 " copies in flight without a cp_async_wait_all() or cp_async_wait_group()");
-  t.copies[t.num_copies++] = AsyncCopy{smem_dst, src, bytes, pc};
+  t.copies[t.num_copies++] = AsyncCopy{smem_dst, src, bytes, pc, t.groups_committed};
   if (tls_block->cfg.race_check) race_async_issue(reinterpret_cast<uintptr_t>(smem_dst), bytes, pc);
 }
 
-void cp_async_commit() { current("cp.async.commit_group"); }
+void cp_async_commit() { ++current("cp.async.commit_group").groups_committed; }
 
 void cp_async_wait_all() { land_copies(current("cp.async.wait_all")); }
+
+// cp.async.wait_group n: every committed group but the newest n has landed; those n, and copies not
+// yet committed, stay in flight (their destinations keep what they held).
+void cp_async_wait_group(int n) {
+  Thread &t = current("cp.async.wait_group");
+  land_copies(t, t.groups_committed > static_cast<uint32_t>(n) ? t.groups_committed - n : 0);
+}
 
 unsigned long long global_timer_ns() {
   return static_cast<unsigned long long>(

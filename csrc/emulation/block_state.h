@@ -24,7 +24,8 @@ struct AsyncCopy {
   void *dst;
   void const *src;
   uint32_t bytes;
-  uint32_t pc;  // where it was issued (offset in the module)
+  uint32_t pc;     // where it was issued (offset in the module)
+  uint32_t group;  // the issuing thread's commit count at issue: the group it joins at the next commit
 };
 
 struct Thread {
@@ -45,9 +46,10 @@ struct Thread {
   void const *in;
   void *out;
   Combine combine;
-  // cp.async copies issued and not yet waited for.
+  // cp.async copies issued and not yet waited for (in issue order), and the groups committed so far.
   AsyncCopy copies[kMaxAsyncCopies];
   int num_copies;
+  uint32_t groups_committed;
   // Race checking: the thread's view of its warp's lanes' clocks (a vector clock over the warp,
   // reset at every block barrier; __syncwarp joins the clocks of its lanes).
   uint32_t clock[32];

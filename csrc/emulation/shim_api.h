@@ -44,12 +44,14 @@ unsigned long long global_timer_ns();
 size_t cvta_generic_to_shared(void const *p);
 
 // cp.async: a copy is queued at issue (the destination must be shared memory) and performed by the
-// issuing thread's cp_async_wait_all(); until then the destination holds what it held. A
+// issuing thread's cp_async_wait_all(), or by the cp_async_wait_group(n) that leaves fewer than its
+// group among the newest n committed; until then the destination holds what it held. A
 // race-checking run reports any access to the destination before that wait (even by the issuer).
 // A null source fills the destination with zeros (cp.async with src-size 0).
 void cp_async_issue(void *smem_dst, void const *src, unsigned bytes);
 void cp_async_commit();
 void cp_async_wait_all();
+void cp_async_wait_group(int n);
 
 }  // namespace emu
 }  // namespace mpk

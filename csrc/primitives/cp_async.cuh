@@ -21,11 +21,12 @@ __device__ __forceinline__ void cp_async_wait_all() { ::mpk::emu::cp_async_wait_
 __device__ __forceinline__ void cp_async_16_zfill(void *smem_dst, void const *gmem_src, bool full) {
   ::mpk::emu::cp_async_issue(smem_dst, full ? gmem_src : nullptr, 16);
 }
-// Lands every copy, the most recent N groups too: stricter than the device, so a body that reads a
-// stage that is still in flight after this wait is not caught here.
+// Lands the copies of every committed group but the newest N, as the device guarantees; the newest
+// N (and uncommitted copies) stay in flight, so a body that reads a stage it did not wait for reads
+// what the destination held before (and a race-checking run reports the access).
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
-  ::mpk::emu::cp_async_wait_all();
+  ::mpk::emu::cp_async_wait_group(N);
 }
 #else
 // Starts a 16-byte copy gmem_src -> smem_dst (both 16-byte aligned), cached in L2 only (.cg).

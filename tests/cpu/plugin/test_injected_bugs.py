@@ -170,7 +170,21 @@ def test_a_layer_s_workspace_is_writable_by_its_own_tasks_under_the_check(pytest
     the task's output slices."""
     scene = SCENES / "paged_attention" / "test_paged_attention.py"
     result = pytester.runpytest_inprocess(
-        str(scene), "--rootdir", str(SCENES.parent.parent), "--import-mode=importlib", "-p", "no:cacheprovider",
+        str(scene), "-n", "0", "--import-mode=importlib", "-p", "no:cacheprovider",  # in this process: the patch holds
         "--mpk-case", "TestDecodeWithHistory::b4_split4", "--arch", "sm90", "--mpk-backend", "emulate", "--mpk-emulate-check",
     )  # fmt: skip
     result.assert_outcomes(passed=1)
+
+
+def test_attention_waiting_for_one_cp_async_group_too_few(pytester, inject):
+    """wait_group<kStages> where the body needs kStages - 1: the tile it reads next may still be in
+    flight. The emulator lands only the groups a wait_group covers, as the device guarantees, so the
+    body reads the stage's old contents."""
+    inject("tasks/common/paged_attention.cuh", "cp_async_wait_group<kStages - 1>();", "cp_async_wait_group<kStages>();")
+    scene = SCENES / "paged_attention" / "test_paged_attention.py"
+    result = pytester.runpytest_inprocess(
+        str(scene), "-n", "0", "--import-mode=importlib", "-p", "no:cacheprovider",  # in this process: the patch holds
+        "--mpk-case", "TestPrefill::two_prompts_fp16", "--arch", "sm90", "--mpk-backend", "emulate",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*output 'output' (float16, shape (33, 1024)) differs from the golden *"])
