@@ -164,15 +164,15 @@ typedef struct MpkKernelParams {
   // descriptor without first loading its id.
   const MpkTaskDesc *tasks;
   const uint32_t *queue_offsets;  // [num_workers + 1]
-  const uint32_t *triggers;       // event ids (| MPK_TRIGGER_SINGLE), indexed by MpkTaskDesc::trigger_begin
-  unsigned long long *event_counters;   // [num_events]
+  const uint32_t *triggers;  // event ids (| MPK_TRIGGER_SINGLE), indexed by MpkTaskDesc::trigger_begin
+  unsigned long long *event_counters;  // [num_events]
   unsigned long long *worker_progress;  // [num_workers] tasks finished in this launch
-  MpkWorkerStatus *worker_status;       // [num_workers]
+  MpkWorkerStatus *worker_status;  // [num_workers]
   MpkControl *control;
-  MpkStatus *status;           // this launch's slot in the host's ring of mapped status blocks
+  MpkStatus *status;  // this launch's slot in the host's ring of mapped status blocks
   unsigned long long *profiler_buffer;  // null when profiling is off
-  unsigned long long profiler_capacity; // entries in profiler_buffer
-  uint32_t launch_id;          // > 0, different for every launch of this kernel
+  unsigned long long profiler_capacity;  // entries in profiler_buffer
+  uint32_t launch_id;  // > 0, different for every launch of this kernel
   uint32_t num_tasks;
   uint32_t num_events;
   uint32_t num_workers;
