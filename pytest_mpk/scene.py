@@ -153,6 +153,13 @@ def active_tokens(rows: int, active: int) -> dict[str, Any]:
     (``Expected(value, written=torch.arange(rows) < active)``)."""
     import torch
 
+    for name, value in (("rows", rows), ("active", active)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"active_tokens: {name}={value!r} must be an int >= 1")
+    if active > rows:
+        raise ValueError(
+            f"active_tokens: active={active} tokens do not fit rows={rows}; give at most {rows} active tokens, or more rows"
+        )
     return {
         "max_num_batched_tokens": rows,
         "max_seq_length": rows,
