@@ -77,3 +77,15 @@ def test_the_harness_check_takes_what_a_sampling_layer_wrote_from_the_kernel() -
     with pytest.raises(KernelError, match=r"disagree on paged_kv_indices\[0\]"):
         harness.check_test_launch(pk, before)
     pk.finalize()
+
+
+def test_a_launch_the_model_finds_no_pages_for_is_named() -> None:
+    import dataclasses
+
+    cfg, before = setup(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=4, max_num_pages=4)
+    after = launch(cfg, before, sampled=5)
+    starved = dataclasses.replace(cfg, max_num_pages=1)  # the model's queue: one page for 8 tokens of 4 a page
+    with pytest.raises(
+        KernelError, match=r"the test-mode launch ran, but the Python model of prepare_next_batch .* found no pages"
+    ):
+        check_test_launch(starved, before, after, written={"output_tokens"})
