@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from mpk_runtime.harness import find_reference
-from pytest_mpk import active_tokens
+from pytest_mpk import Expected, active_tokens
 
 MAX_TOKENS = 64  # rows of every token dimension: max_num_batched_tokens; one build serves 1..64 active
 PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "signed_zeros", "few_experts", "nan")
@@ -23,6 +23,14 @@ def live(active: int, *lead: int) -> torch.Tensor:
     """The `written` mask of an output whose token dimension comes after `lead` dims."""
     rows = torch.arange(MAX_TOKENS) < active
     return rows.expand(*lead, MAX_TOKENS).clone() if lead else rows
+
+
+def padded(value: torch.Tensor, active: int) -> Expected:
+    """The golden of an output whose first `active` token rows are ``value``: the rows past them zero,
+    and marked unwritten."""
+    full = torch.zeros(MAX_TOKENS, *value.shape[1:], dtype=value.dtype)
+    full[:active] = value
+    return Expected(full, written=live(active))
 
 
 def logits(pattern: str, experts: int, tokens: int = MAX_TOKENS) -> torch.Tensor:

@@ -5,9 +5,9 @@ and 1 to 64 active tokens of a 64-token batch (rows of inactive tokens stay unwr
 import torch
 from hypothesis import strategies as st
 
-from pytest_mpk import Case, Expected, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, kernel_params, live
+from .moe_scenes import MAX_TOKENS, kernel_params, padded
 
 moe_cases = [
     Case("k1_a64_t1", topk=1, active=64, cols=256, tasks=1),
@@ -17,12 +17,6 @@ moe_cases = [
     Case("k8_a30_t5_odd", topk=8, active=30, cols=60, tasks=5),  # 12-column slices: the scalar path
 ]
 SWEEP = {"topk": st.just(8), "active": st.integers(1, MAX_TOKENS), "cols": st.just(256), "tasks": st.just(4)}
-
-
-def padded(value: torch.Tensor, active: int) -> Expected:
-    full = torch.zeros(MAX_TOKENS, *value.shape[1:], dtype=value.dtype)
-    full[:active] = value
-    return Expected(full, written=live(active))
 
 
 @scene_test(layer="moe_silu_mul")
