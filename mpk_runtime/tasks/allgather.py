@@ -13,13 +13,13 @@ import torch
 from .. import archs
 from ..errors import DTypeError, ShapeError
 from . import peer_exchange
-from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, selected, split
+from .registry import Arg, EmulationContext, SliceInfo, register_task, selected, split
 
 TILE = split(x=1, y=0)
 
 
 @register_task
-class AllGather(TaskSpec):
+class AllGather(peer_exchange.PeerExchangeTask):
     name = "allgather"
     inputs = {"input": TILE}
     outputs = {"output": selected(x=1, y=0), "buffer": selected(x=3, y=2)}
@@ -70,22 +70,13 @@ class AllGather(TaskSpec):
     def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
         return [int(values["rank_offset"])]
 
-    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        return 2000.0 + s["input"].nbytes / 10.0
-
-    def emulate_send(
-        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
-    ) -> None:
-        peer_exchange.send(inputs["input"], outputs["buffer"], ctx)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        x, buf, y = inputs["input"], outputs["buffer"], outputs["output"]
-        rows, cols = peer_exchange.place(x, buf, ctx)
+        buf, y = outputs["buffer"], outputs["output"]
+        rows, cols, parts = peer_exchange.parts(inputs["input"], buf, ctx)
         width = buf.shape[3]
-        for q in range(ctx.world_size):
-            part = x if q == ctx.rank else buf[peer_exchange.parity(ctx), q, rows, cols]
+        for q, part in enumerate(parts):
             y[rows, q * width + cols.start : q * width + cols.stop].copy_(
                 part + q * values["rank_offset"] if values["rank_offset"] else part
             )

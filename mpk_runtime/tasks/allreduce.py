@@ -15,13 +15,13 @@ from .. import archs
 from ..dtypes import FLOATING
 from ..errors import ShapeError
 from . import peer_exchange
-from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, selected, split
+from .registry import Arg, EmulationContext, SliceInfo, register_task, selected, split
 
 TILE = split(x=1, y=0)  # grid x splits the hidden dimension, grid y the rows
 
 
 @register_task
-class AllReduce(TaskSpec):
+class AllReduce(peer_exchange.PeerExchangeTask):
     name = "allreduce"
     inputs = {"input": TILE, "residual": TILE}
     outputs = {"output": TILE, "buffer": selected(x=3, y=2)}
@@ -73,20 +73,10 @@ class AllReduce(TaskSpec):
         batch, hidden = s["input"].full_shape
         return [s["input"].dtype.cpp, rows, cols, batch, hidden, "true" if "residual" in s else "false"]
 
-    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        return 2000.0 + s["input"].nbytes / 10.0  # a link round trip, then the slice over NVLink
-
-    def emulate_send(
-        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
-    ) -> None:
-        peer_exchange.send(inputs["input"], outputs["buffer"], ctx)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
         from . import references
 
-        x, buf = inputs["input"], outputs["buffer"]
-        rows, cols = peer_exchange.place(x, buf, ctx)
-        parts = [x if q == ctx.rank else buf[peer_exchange.parity(ctx), q, rows, cols] for q in range(ctx.world_size)]
+        _, _, parts = peer_exchange.parts(inputs["input"], outputs["buffer"], ctx)
         outputs["output"].copy_(references.find("allreduce")(parts, inputs.get("residual")))

@@ -15,7 +15,7 @@ import torch
 
 from .. import contract
 from ..errors import GraphError, ShapeError
-from .spec import EmulationContext
+from .spec import EmulationContext, SliceInfo, TaskSpec
 
 
 def check_buffer(task: str, layer_kind: str, x: Any, buf: Any) -> int:
@@ -62,6 +62,26 @@ def place(x: torch.Tensor, buf: torch.Tensor, ctx: EmulationContext) -> tuple[sl
     r0 = ctx.grid_idx[1] * (batch // ctx.grid[1])
     c0 = ctx.grid_idx[0] * (width // ctx.grid[0])
     return slice(r0, r0 + x.shape[0]), slice(c0, c0 + x.shape[1])
+
+
+def parts(x: torch.Tensor, buf: torch.Tensor, ctx: EmulationContext) -> tuple[slice, slice, list[torch.Tensor]]:
+    """The buffer rows and columns of this task's slice, and every rank's slice there, by rank
+    (this rank's own from ``x``, the peers' from the buffer)."""
+    rows, cols = place(x, buf, ctx)
+    return rows, cols, [x if q == ctx.rank else buf[parity(ctx), q, rows, cols] for q in range(ctx.world_size)]
+
+
+class PeerExchangeTask(TaskSpec):
+    """The part of a peer-exchanging task's spec that does not depend on what it makes of the
+    peers' slices: its cost, and its emulated send (the slice ``input`` into every peer's ``buffer``)."""
+
+    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
+        return 2000.0 + s["input"].nbytes / 10.0  # a link round trip, then the slice over NVLink
+
+    def emulate_send(
+        self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
+    ) -> None:
+        send(inputs["input"], outputs["buffer"], ctx)
 
 
 def send(x: torch.Tensor, buf: torch.Tensor, ctx: EmulationContext) -> None:
