@@ -12,7 +12,6 @@ next to NCCL (torch.distributed.all_reduce) eager and replayed from a CUDA graph
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 import mpk_runtime as mpk
-from mpk_runtime.harness import find_reference, mpi_job, mpi_world
+from mpk_runtime.harness import find_reference
 
 sys.path.insert(0, str(Path(__file__).parent))
 import timing  # noqa: E402
@@ -94,14 +93,7 @@ def nccl_us(batch: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    for key in ("NCCL_NVLS_ENABLE",):
-        os.environ.setdefault(key, "0")
-    for key in ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-        os.environ.setdefault(key, "1")  # NVLink multicast stays off on the device machines
-    job, world = mpi_job(), mpi_world()
-    if world is None or job is None:
-        sys.exit("run under MPI, one rank per GPU: mpirun -n 2 python bench/bench_allreduce.py")
-    torch.cuda.set_device(job[2] % torch.cuda.device_count())
+    world = timing.mpi_ranks("bench_allreduce.py")
     if world.rank == 0:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

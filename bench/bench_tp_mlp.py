@@ -11,13 +11,10 @@ The TP=1 MLP runs on rank 0 alone, built as bench_mlp.py builds it, while the ot
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import torch
-
-from mpk_runtime.harness import mpi_job, mpi_world
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_mlp  # noqa: E402
@@ -69,14 +66,7 @@ def tp_kernel(batch: int, shards: list[dict], world: int, x, rs, outs):
 
 
 def main() -> None:
-    for key in ("NCCL_NVLS_ENABLE",):
-        os.environ.setdefault(key, "0")
-    for key in ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-        os.environ.setdefault(key, "1")  # NVLink multicast stays off on the device machines
-    job, world = mpi_job(), mpi_world()
-    if world is None or job is None:
-        sys.exit("run under MPI, one rank per GPU: mpirun -n 2 python bench/bench_tp_mlp.py")
-    torch.cuda.set_device(job[2] % torch.cuda.device_count())
+    world = timing.mpi_ranks("bench_tp_mlp.py")
     full = [bench_mlp.weights(0), bench_mlp.weights(1)]  # the same draw on every rank
     shards = [shard(p, world.rank, world.size) for p in full]
     if world.rank != 0:

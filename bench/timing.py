@@ -12,6 +12,21 @@ from pathlib import Path
 import torch
 
 
+def mpi_ranks(script: str):
+    """A benchmark's MPI job, one rank per GPU (this rank's GPU made current): the ranks' message
+    channel, or exit with how to start it. NVLink multicast stays off on the device machines."""
+    from mpk_runtime.harness import mpi_job, mpi_world
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    for key in ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        os.environ.setdefault(key, "1")
+    job, world = mpi_job(), mpi_world()
+    if world is None or job is None:
+        raise SystemExit(f"run under MPI, one rank per GPU: mpirun -n 2 python bench/{script}")
+    torch.cuda.set_device(job[2] % torch.cuda.device_count())
+    return world
+
+
 def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5) -> float:
     """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds."""
     for _ in range(warmup):
