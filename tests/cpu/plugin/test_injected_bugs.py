@@ -188,3 +188,49 @@ def test_attention_waiting_for_one_cp_async_group_too_few(pytester, inject):
     )  # fmt: skip
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*output 'output' (float16, shape (33, 1024)) differs from the golden *"])
+
+
+def run_scene_file(pytester: pytest.Pytester, scene: str, case: str, *args: str) -> pytest.RunResult:
+    """run_scene for a scene file that imports its neighbours (moe_scenes, ...): run in place."""
+    return pytester.runpytest_inprocess(
+        str(SCENES / scene), "-n", "0", "--import-mode=importlib", "-p", "no:cacheprovider",  # in this process: the patch holds
+        "--mpk-case", case, "--arch", "sm90", "--mpk-backend", "emulate", *args,
+    )  # fmt: skip
+
+
+# Dropped barriers whose race only a lagging warp shows: without the barrier, the warps that run
+# ahead overwrite shared memory a slower warp has yet to read. Rounds of fibers alone would hide
+# them (each fiber reaches its next warp collective before any moves on); the default emulation
+# lets a warp lag, so these fail without --mpk-emulate-check, as the device may.
+@pytest.mark.parametrize(
+    "header, old, scene, case",
+    [
+        pytest.param(
+            "tasks/common/linear.cuh",
+            "      __syncthreads();  // partial is free for the next chunk\n",
+            "linear/test_linear.py",
+            "TestLinear::b1_k1024_n2048",
+            id="linear-next-chunk",
+        ),
+        pytest.param(
+            "primitives/block.cuh",
+            "  for (int w = 1; w < kWorkerWarps; ++w) r = op(r, partial[w]);\n  __syncthreads();\n",
+            "rmsnorm/test_rmsnorm.py",
+            "TestRMSNormFp16::b4_rows2",
+            id="block-reduce-trailing",
+        ),
+        pytest.param(
+            "tasks/common/moe_routing.cuh",
+            "    __syncthreads();  // the staging area is rewritten by the next chunk\n",
+            "moe/test_moe_routing.py",
+            "TestMoeRouting::e8_k2_uniform_a64",
+            id="routing-staging",
+        ),
+    ],
+)
+def test_a_dropped_barrier_changes_the_results(pytester, inject, header, old, scene, case):
+    new = old.replace("  __syncthreads();\n", "\n") if "for (int w" in old else ""
+    inject(header, old, new)
+    result = run_scene_file(pytester, scene, case)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*output '*' (*) differs from the golden *"])
