@@ -1,7 +1,8 @@
 // The block runner: the threads of one thread block as fibers on the calling OS thread.
 //
 // A round runs every runnable fiber, in the configured order, until it blocks: at a barrier, at a
-// warp collective, at __nanosleep, or by returning. Then the runner completes what can complete:
+// warp collective, at __nanosleep, or by returning (in the shuffled order a warp at times sits out
+// a few rounds, as warps drift apart on the device). Then the runner completes what can complete:
 // a warp collective once every lane named in its mask waits at a collective of the same kind, mask
 // and width (the same intrinsic, possibly at another line, as the programming guide allows), and a
 // block barrier once every thread waits at it. What can never complete is reported and stops the run:
@@ -423,11 +424,36 @@ void resolve_barrier(Block &b) {
   }
 }
 
+// Warps on the device drift apart: one may still be reading what the others, already past their
+// next warp collectives, overwrite. Rounds alone hide that (every fiber runs up to its next
+// synchronization point before any moves on), so in the shuffled order, between two block barriers,
+// one warp picked at random lags: it sits out while the others can move, and runs once they all
+// wait (at the barrier, or spinning on something only it can change). A barrier the code needs but
+// lacks then changes the results, as it may on the device. -1: no warp lags (a one-warp block).
+int pick_lagging_warp(int num_warps, uint64_t &rng) {
+  return num_warps < 2 ? -1 : static_cast<int>(splitmix64(rng) % num_warps);
+}
+
+// This round's order without the lagging warp's fibers, unless nothing else could run (then the
+// lag ends until the next barrier).
+void hold_back(std::vector<uint32_t> &order, int &lagging, bool others_moved) {
+  if (lagging < 0) return;
+  auto const lags = [&](uint32_t tid) { return static_cast<int>(tid / 32) == lagging; };
+  if (!others_moved || std::all_of(order.begin(), order.end(), lags)) {
+    lagging = -1;
+    return;
+  }
+  order.erase(std::remove_if(order.begin(), order.end(), lags), order.end());
+}
+
 void schedule(Block &b) {
   int const n = b.cfg.num_threads;
   std::vector<uint32_t> &order = b.order;
   order.reserve(n);
   uint64_t rng = b.cfg.seed;
+  int const num_warps = (n + 31) / 32;
+  int lagging = b.cfg.order == kShuffled ? pick_lagging_warp(num_warps, rng) : -1;
+  bool moved_last = true;  // the last round moved (not only __nanosleep spinners)
   long idle_rounds = 0;
   for (;;) {
     order.clear();
@@ -439,8 +465,10 @@ void schedule(Block &b) {
       }
     }
     if (b.cfg.order == kReversed) std::reverse(order.begin(), order.end());
-    if (b.cfg.order == kShuffled)
+    if (b.cfg.order == kShuffled) {
+      hold_back(order, lagging, moved_last);
       for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
+    }
     bool moved = order.empty();
     if (!order.empty()) {  // the round: each fiber runs until it blocks, then hands over to the next
       Thread &first = b.threads[order[0]];
@@ -451,6 +479,7 @@ void schedule(Block &b) {
       if (stopped(b)) return;
       for (uint32_t tid : order) moved |= b.threads[tid].state != State::kYielded;
     }
+    moved_last = moved;
     bool const progress = resolve_warps(b);
     if (stopped(b)) return;
     int done = 0, runnable = 0, at_warp = 0;
@@ -486,6 +515,7 @@ void schedule(Block &b) {
     }
     resolve_barrier(b);
     if (stopped(b)) return;
+    if (b.cfg.order == kShuffled) lagging = pick_lagging_warp(num_warps, rng);  // a new interval, perhaps a new laggard
   }
 }
 

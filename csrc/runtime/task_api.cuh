@@ -92,3 +92,6 @@ extern __shared__ __align__(128) unsigned char dynamic_smem[];
 __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt);
 
 }  // namespace mpk
+
+// Last: it redefines __syncthreads() for the task bodies and the runtime included after this header.
+#include "runtime/warp_jitter.cuh"

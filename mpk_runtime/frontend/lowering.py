@@ -23,7 +23,7 @@ def lower(task_graph: TaskGraph, p: KernelParams, arch: str) -> tuple[str, Compi
         if t.kind == "intermediate" and t.read and not t.written:
             raise GraphError(f"intermediate tensor {t.name!r} is read but no layer writes it")
     variants, variant_of_layer = collect_variants(task_graph)
-    source = dispatcher.generate(variants, arch)
+    source = dispatcher.generate(variants, arch, warp_jitter=p.warp_jitter)
     schedule = build_schedule(task_graph, p.num_workers, p.placement)
     graph = build_compiled(task_graph, schedule, variants, variant_of_layer, arch, p.mpi_rank)
     derived = {t.name: t.derived_from for t in task_graph.tensors.values() if t.derived_from}

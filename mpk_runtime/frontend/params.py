@@ -41,6 +41,9 @@ OPTIONAL: dict[str, Any] = {
     # built for the host; "reference", each task's PyTorch slice reference instead (quick, no CUDA).
     "emulate": False,
     "emulate_check": False,  # emulate=True only: race checking and slice bounds on every access (slower)
+    # GPU builds: after every __syncthreads() a warp now and then sleeps a few microseconds, so a
+    # missing barrier changes the results (csrc/runtime/warp_jitter.cuh). The test harness sets it.
+    "warp_jitter": False,
     "watchdog_timeout": 5.0,  # seconds without progress before the device watchdog stops a launch
     "placement": "locality",
     "comm_timeout": 120.0,  # seconds compile() and finalize() wait for the other ranks' messages
@@ -68,6 +71,7 @@ class KernelParams:
     compile_only: bool
     emulate: bool | str  # False, True (CUDA bodies on the CPU) or "reference" (slice references)
     emulate_check: bool
+    warp_jitter: bool
     watchdog_timeout: float
     placement: str
     comm_timeout: float
@@ -120,7 +124,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         raise ConfigError(f"mpi_rank={rank!r} must be in [0, world_size={p['world_size']})")
     if not isinstance(p["eos_token_id"], int) or isinstance(p["eos_token_id"], bool):
         raise ConfigError(f"eos_token_id={p['eos_token_id']!r} must be an integer (-1: no end-of-sequence token)")
-    for name in ("test_mode", "compile_only", "emulate_check"):
+    for name in ("test_mode", "compile_only", "emulate_check", "warp_jitter"):
         if not isinstance(p[name], bool):
             raise ConfigError(f"{name}={p[name]!r} must be True or False")
     if not isinstance(p["emulate"], bool) and p["emulate"] != "reference":
@@ -174,6 +178,7 @@ def parse(params: dict[str, Any]) -> KernelParams:
         compile_only=p["compile_only"],
         emulate=p["emulate"],
         emulate_check=p["emulate_check"],
+        warp_jitter=p["warp_jitter"],
         watchdog_timeout=float(t),
         placement=p["placement"],
         comm_timeout=float(ct),

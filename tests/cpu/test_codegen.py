@@ -58,6 +58,15 @@ def test_only_the_used_task_headers_are_included():
     assert sorted(includes(source_of(g))[1:-1]) == ["tasks/common/noop.cuh", "tasks/common/rmsnorm.cuh"]
 
 
+def test_warp_jitter_is_defined_before_the_first_include_and_only_when_asked():
+    variants, _ = collect_variants(rmsnorm_chain().graph)
+    plain, jittered = codegen.generate(variants, "sm90"), codegen.generate(variants, "sm90", warp_jitter=True)
+    assert "MPK_WARP_JITTER" not in plain
+    lines = jittered.splitlines()
+    assert lines.index(codegen.JITTER) < lines.index('#include "runtime/task_api.cuh"')
+    assert jittered.replace(codegen.JITTER + "\n", "") == plain  # nothing else differs
+
+
 def test_source_ends_by_including_the_runtime():
     lines = [line for line in source_of(rmsnorm_chain()).splitlines() if line.strip()]
     assert lines[-1] == '#include "runtime/persistent_kernel.cuh"'

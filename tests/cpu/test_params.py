@@ -122,7 +122,7 @@ def test_eos_token_id_must_be_an_int(eos):
         parse(eos_token_id=eos)
 
 
-@pytest.mark.parametrize("name", ["test_mode", "compile_only", "emulate_check"])
+@pytest.mark.parametrize("name", ["test_mode", "compile_only", "emulate_check", "warp_jitter"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_flags_must_be_bools(name, value):
     with pytest.raises(ConfigError, match=rf"{name}={value!r} must be True or False"):

@@ -5,6 +5,7 @@ kept with --mpk-keep-artifacts records them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +22,16 @@ class TestNorm(NormScene):
 """
 
 
+KEPT = Path(".mpk-artifacts", "test_scene.py_TestNorm_b2_sm90")
+
+
 def signature_params(pytester: pytest.Pytester) -> dict:
-    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_b2_sm90" / "signature_rank0.json"
-    return json.loads(kept.read_text())["params"]
+    return json.loads((pytester.path / KEPT / "signature_rank0.json").read_text())["params"]
+
+
+def jittered(pytester: pytest.Pytester) -> bool:
+    """Whether the kept source was built with warp jitter (runtime/warp_jitter.cuh)."""
+    return "#define MPK_WARP_JITTER 1" in (pytester.path / KEPT / "test_rank0.cu").read_text()
 
 
 def test_default_parameters(pytester: pytest.Pytester, scenes) -> None:
@@ -33,16 +41,20 @@ def test_default_parameters(pytester: pytest.Pytester, scenes) -> None:
     assert params["test_mode"] is True
     assert params["num_workers"] == 8  # runner.EMULATED_WORKERS
     assert params["watchdog_timeout"] == 5.0
+    assert jittered(pytester)  # the harness builds with warp jitter, so a missing barrier shows on the GPU
 
 
 def test_kernel_params_and_hang_timeout(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(
-        test_scene=SCENE.replace("{KERNEL_PARAMS}", "{'max_num_pages': params['batch'] + 1, 'placement': 'round_robin'}")
+        test_scene=SCENE.replace(
+            "{KERNEL_PARAMS}", "{'max_num_pages': params['batch'] + 1, 'placement': 'round_robin', 'warp_jitter': False}"
+        )
     )
     pytester.makeini("[pytest]\nmpk_hang_timeout = 9\n")
     pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
     params = signature_params(pytester)
     assert (params["max_num_pages"], params["placement"], params["watchdog_timeout"]) == (3, "round_robin", 9.0)
+    assert not jittered(pytester)
 
     pytester.runpytest_inprocess("--mpk-keep-artifacts", "--mpk-hang-timeout", "2.5").assert_outcomes(passed=1)
     assert signature_params(pytester)["watchdog_timeout"] == 2.5  # the option wins over the ini key
