@@ -2,8 +2,11 @@
 while every other worker has drained its queue, so END_OF_TASK_GRAPH must wait for that one
 worker (the host checks the count the controller passed at). A straggling producer: consumers
 that wait for many quick producers and one slow one, which finishes last, so a consumer that
-started one producer early reads what the slow one has not written yet. A graph of a single task:
-a count of one, one worker, nothing to overlap."""
+started one producer early reads what the slow one has not written yet. An early publish: one
+RMSNorm task whose row every warp writes after the block reduction, read at once by 32 linear tasks
+on the other workers, so a worker that publishes a task before all its warps finished (the warp
+jitter of the test harness keeps some of them late) lets the consumers read the row's old contents.
+A graph of a single task: a count of one, one worker, nothing to overlap."""
 
 import torch
 
@@ -68,6 +71,30 @@ class TestStragglingProducer(SceneTestCase):
     def compute_golden(self, args, params):
         quick = linear(args.input, args.w_quick)
         return linear_with_residual(quick, args.w_out, linear(args.x_slow, args.w_slow))
+
+
+@scene_test(layer="runtime_early_publish")
+class TestEarlyPublish(SceneTestCase):
+    # hidden 2048 on the 16-byte path: each of the 256 threads writes 8 elements of the row.
+    CASES = [Case("norm1_then_32", hidden=2048, n=1024, tasks=32)]
+
+    def generate_args(self, params):
+        h, n = params["hidden"], params["n"]
+        bf = torch.bfloat16
+        return {
+            "input": torch.randn(1, h, dtype=bf),
+            "norm_weight": torch.randn(h, dtype=bf),
+            "weight": torch.randn(n, h, dtype=bf) / h**0.5,
+            "output": Out(torch.empty(1, n, dtype=bf)),
+        }
+
+    def build(self, pk, t, params):
+        normed = pk.new_tensor((1, params["hidden"]), torch.bfloat16, "normed")
+        pk.rmsnorm_layer(input=t.input, weight=t.norm_weight, output=normed, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+        pk.linear_layer(input=normed, weight=t.weight, output=t.output, grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
+
+    def compute_golden(self, args, params):
+        return linear(rmsnorm(args.input, args.norm_weight), args.weight)
 
 
 @scene_test(layer="runtime_one_task")
