@@ -58,8 +58,11 @@ def make_layers(seed: int = 0) -> list[dict]:
     ]
 
 
-def megakernel(batch: int, layers: list[dict], count: int, x: torch.Tensor, res: list[torch.Tensor], **params):
-    """A kernel running the first `count` blocks; returns it and each block's tensors (CUDA)."""
+def megakernel(
+    batch: int, layers: list[dict], count: int, x: torch.Tensor, res: list[torch.Tensor], compiled: bool = True, **params
+):
+    """A kernel running the first `count` blocks (compiled unless `compiled=False`); returns it and each
+    block's tensors (CUDA)."""
     pk = layer_bench.kernel(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, **params)
     tasks, bd = pk.params.num_workers, pk.block_dim
     X = pk.attach_input(x, "x")
@@ -92,18 +95,22 @@ def megakernel(batch: int, layers: list[dict], count: int, x: torch.Tensor, res:
         )
         blocks.append({**t, "x": x if i == 0 else blocks[-1]["out"], "res": res[i]})
         X = a["out"]
-    pk.compile()
+    if compiled:
+        pk.compile()
     return pk, blocks
 
 
 def prebuild(batches, cc: int) -> None:
-    """Build the module of every batch size at once (nvcc processes in parallel; later compiles hit the cache)."""
+    """Build the module of every batch size at once (nvcc processes in parallel; later compiles hit the
+    cache): each graph in a compile-only kernel, built as the GPU needs it (compile() would build a cubin)."""
+    from mpk_runtime import harness
 
     def one(batch):
         x = torch.empty(batch, H, dtype=bf, device="meta")
         shapes = {"wr": (E, H), "w13": (E, 2 * I, H), "w2": (E, H, I)}
         layers = [{n: torch.empty(*shape, dtype=bf, device="meta") for n, shape in shapes.items()}]
-        megakernel(batch, layers, 1, x, [x.clone()], compile_only=True, target_cc=cc)
+        pk, _ = megakernel(batch, layers, 1, x, [x.clone()], compiled=False, compile_only=True, target_cc=cc)
+        harness.build_for(pk, on_gpu=True)
 
     try:
         with ThreadPoolExecutor(len(batches)) as pool:

@@ -29,6 +29,14 @@ class Arch:
         return [f"-gencode={self.gencode}", *self.defines]
 
     @property
+    def cubin_flags(self) -> list[str]:
+        """nvcc flags of a device-only build (``-cubin``), which takes one code instance: the SASS of
+        ``gencode`` alone (sm80's PTX matters only to a module that runs on a newer GPU)."""
+        virtual, codes = self.gencode.split(",code=")
+        sass = next(c for c in codes.strip("[]").split(",") if c.startswith("sm_"))
+        return [f"-gencode={virtual},code={sass}", *self.defines]
+
+    @property
     def host_flags(self) -> list[str]:
         """g++ flags of a host-emulation build of this arch's bodies (mpk_runtime/build/host.py)."""
         return ["-DMPK_HOST_EMULATION", *self.defines]

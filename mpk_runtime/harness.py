@@ -17,6 +17,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     model_batches(params)      ... and of every iteration of a launch
     CSRC                       the csrc directory the builds include (sanitizer findings name files in it)
     check_test_launch(pk, m)   after a test-mode launch on the GPU: the meta tensors against the batching model
+    build_for(pk, on_gpu)      the nvcc build compile() makes of pk's graph on the GPU or off it (prebuilds)
 """
 
 from __future__ import annotations
@@ -133,7 +134,19 @@ def model_batches(init_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         iteration += 1
 
 
+def build_for(pk: Any, on_gpu: bool) -> Any:
+    """The nvcc build (a BuildResult) that compile() of ``pk``'s graph makes for a kernel on the GPU
+    (``on_gpu``: the shared library) or off it (the cubin), without compiling ``pk``: a compile-only
+    ``pk`` prebuilds a GPU case's module without a GPU, whose compile() then finds it in the cache."""
+    from .frontend.compiling import build
+    from .frontend.lowering import lower
+
+    source, _, _ = lower(pk._graph, pk.params, pk.arch)
+    return build(source, pk.arch, on_gpu)
+
+
 __all__ = [
+    "build_for",
     "first_batch_meta",
     "model_batches",
     "ARCH_NAMES",

@@ -4,7 +4,8 @@ again by every later one.
 Key: sha256 of the generated source, the content of every csrc header it includes (transitively),
 the nvcc version, the arch, the flags and the ABI version. Entries live in ``$MPK_CACHE_DIR`` (else
 ``$XDG_CACHE_HOME/mpk``, else ``~/.cache/mpk``; an empty variable counts as unset) under readable
-names (``rmsnorm_bf16_16_4096-sm90-<hash>``).
+names (``rmsnorm_bf16_16_4096-sm90-<hash>``, holding ``module.so``; a device-only build
+``rmsnorm_bf16_16_4096-sm90-cubin-<hash>``, holding ``module.cubin``).
 
 - One build per key: a lock per key (lock.py) with a re-check after acquiring it; waiting is
   bounded, and a stopped or too slow holder is built around (lock.py says why that is safe).
@@ -36,7 +37,7 @@ from .. import resources
 from ..contract import ABI_VERSION
 from ..errors import BuildError
 from . import cache_fs
-from .cache_fs import MODULE, RECORD, SOURCE, entry_problem, fs_error, fs_errors
+from .cache_fs import CUBIN, MODULE, RECORD, SOURCE, entry_problem, fs_error, fs_errors
 from .lock import build_lock, lock_timeout
 from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
 
@@ -46,7 +47,7 @@ _cleaned: set[Path] = set()  # cache roots whose leftovers this process has remo
 
 @dataclass(frozen=True)
 class BuildResult:
-    path: Path  # the module
+    path: Path  # the module (a cubin for a device-only build)
     entry: Path  # its cache directory
     key: str
     cached: bool  # True: loaded from the cache; False: built by this call
@@ -54,11 +55,11 @@ class BuildResult:
     note: str | None = None  # one line when the build was not an ordinary one (a damaged entry rebuilt, ...)
 
 
-def cache_key(source: str, arch: str, python_extension: bool = False) -> str:
+def cache_key(source: str, arch: str, python_extension: bool = False, device_only: bool = False) -> str:
     nv = nvcc()
     h = hashlib.sha256()
     # The headers' contents are hashed below; their location is not, so clones share entries.
-    flags = " ".join(flags_for(arch, python_extension)).replace(str(resources.CSRC), "<csrc>")
+    flags = " ".join(flags_for(arch, python_extension, device_only)).replace(str(resources.CSRC), "<csrc>")
     for part in (f"abi={ABI_VERSION}", f"arch={arch}", f"nvcc={nvcc_version(nv)}", flags, source):
         h.update(part.encode())
         h.update(b"\0")
@@ -98,19 +99,22 @@ def entry_is_valid(entry: Path, key: str | None = None, filename: str = MODULE) 
         return False
 
 
-def build_module(source: str, arch: str, name: str, python_extension: bool = False) -> BuildResult:
-    """The module for ``source`` on ``arch``: from the cache, or built once and published there."""
-    key = cache_key(source, arch, python_extension)
+def build_module(source: str, arch: str, name: str, python_extension: bool = False, device_only: bool = False) -> BuildResult:
+    """The module for ``source`` on ``arch``: from the cache, or built once and published there.
+    ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU."""
+    key = cache_key(source, arch, python_extension, device_only)
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
-    entry = cache_root() / "modules" / f"{name}-{arch}-{key[:16]}"
+    entry = cache_root() / "modules" / f"{name}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
+    filename = CUBIN if device_only else MODULE
 
     def make(tmp: Path) -> None:
         with fs_errors("write the build's files in", tmp):
             (tmp / SOURCE).write_text(source)
-        compile_to(tmp / SOURCE, tmp / MODULE, arch, python_extension)
+        compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
 
-    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags_for(arch, python_extension)}
-    return publish(entry, key, MODULE, record, make)
+    flags = flags_for(arch, python_extension, device_only)
+    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
+    return publish(entry, key, filename, record, make)
 
 
 def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> BuildResult:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import BuildError
 
 MODULE = "module.so"
+CUBIN = "module.cubin"  # a device-only build (nvcc.py)
 SOURCE = "source.cu"
 RECORD = "build.json"
 RECORD_FIELDS = {"key": str, "arch": str, "module_sha256": str}

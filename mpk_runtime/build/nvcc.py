@@ -1,5 +1,10 @@
 """nvcc: finding it, the flags of a target arch (from the arch table), the csrc headers a source
-includes, and one compile."""
+includes, and one compile.
+
+Two kinds of build: the full one, a shared library holding the kernel and its host side
+(csrc/runtime/host.cuh) that the GPU runner loads; and a device-only one (``-cubin``: cicc and ptxas
+only, about half the time) for kernels that never run on a GPU (emulated, compile-only), which still
+checks that every task body compiles and assembles for the target arch."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from pathlib import Path
 from .. import archs, resources
 from ..errors import BuildError, ConfigError
 
-COMMON_FLAGS = ["-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"]
+SHARED_FLAGS = ["-shared", "-Xcompiler", "-fPIC"]
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
@@ -32,9 +37,10 @@ def nvcc_version(path: str) -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def flags_for(arch: str, python_extension: bool = False) -> list[str]:
-    """nvcc flags for ``arch``; a Python extension (the pybind11 task-body modules) also gets the
-    pybind11 and Python headers, whose paths (and so the Python version) enter the cache key."""
+def flags_for(arch: str, python_extension: bool = False, device_only: bool = False) -> list[str]:
+    """nvcc flags for ``arch``: a shared library, or with ``device_only`` a cubin. A Python extension
+    (the pybind11 task-body modules) also gets the pybind11 and Python headers, whose paths (and so
+    the Python version) enter the cache key."""
     if arch not in archs.ARCHS:
         raise ConfigError(f"arch {arch!r} is not a build target; use one of {', '.join(archs.NAMES)}")
     extra: list[str] = []
@@ -44,7 +50,10 @@ def flags_for(arch: str, python_extension: bool = False) -> list[str]:
         import pybind11
 
         extra = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}", "-Xcompiler", "-fvisibility=hidden"]
-    return COMMON_FLAGS + [f"-I{resources.CSRC}"] + archs.ARCHS[arch].nvcc_flags + extra
+    target = archs.ARCHS[arch]
+    # A shared library's flags keep their order, and so existing entries their cache keys.
+    output, arch_flags = (["-cubin"], target.cubin_flags) if device_only else (SHARED_FLAGS, target.nvcc_flags)
+    return ["-std=c++17", "-O3", *output, "-lineinfo", f"-I{resources.CSRC}", *arch_flags, *extra]
 
 
 def included_headers(source: str) -> list[Path]:
@@ -65,9 +74,9 @@ def included_headers(source: str) -> list[Path]:
     return sorted(seen)
 
 
-def compile_to(source_path: Path, out: Path, arch: str, python_extension: bool = False) -> None:
+def compile_to(source_path: Path, out: Path, arch: str, python_extension: bool = False, device_only: bool = False) -> None:
     """Run nvcc on ``source_path`` into ``out``; BuildError with the compiler's output on failure."""
-    cmd = [nvcc(), *flags_for(arch, python_extension), "-o", str(out), str(source_path)]
+    cmd = [nvcc(), *flags_for(arch, python_extension, device_only), "-o", str(out), str(source_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(

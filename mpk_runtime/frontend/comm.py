@@ -18,9 +18,10 @@ from .params import KernelParams
 
 
 def bind(
-    graph: TaskGraph, compiled: CompiledGraph, p: KernelParams, backend: str, module: Module, device: torch.device
+    graph: TaskGraph, compiled: CompiledGraph, p: KernelParams, backend: str, module: Module | None, device: torch.device
 ) -> transport.PeerHeap | None:
-    """Give every communication tensor of ``graph`` its memory for ``backend``; the heap on the GPU."""
+    """Give every communication tensor of ``graph`` its memory for ``backend``; the heap on the GPU,
+    allocated through ``module`` (the loaded GPU module; None off the GPU)."""
     tensors = [t for t in graph.tensors.values() if t.kind == "comm"]
     if not tensors or backend == "compile-only":
         return None
@@ -28,6 +29,7 @@ def bind(
         for t in tensors:
             t.bind(torch.zeros(t.shape, dtype=t.dtype.torch))
         return None
+    assert module is not None
     layout = transport.plan([(t.name, t.data.numel() * t.dtype.itemsize) for t in tensors], len(compiled.tasks), p.world_size)
     world = bootstrap.require_world(p.world_size, p.mpi_rank) if p.world_size > 1 else None
     heap = transport.PeerHeap(

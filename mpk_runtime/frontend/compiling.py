@@ -1,7 +1,11 @@
 """What ``PersistentKernel.compile()`` does: the declared task graph (or a replayed directory's) is
 lowered to its source, compiled graph and signature, built (or found in the cache), written out
 when asked, given its communication memory, and handed to the runner of its backend. Enters: the
-kernel's graph and settings; leaves: a ``Compiled`` (the runner, the builds, the files written)."""
+kernel's graph and settings; leaves: a ``Compiled`` (the runner, the builds, the files written).
+
+Only the GPU backend loads the nvcc build, so only it gets the full one (a shared library with the
+host side); the emulated and compile-only backends get the device code alone (a cubin), which
+checks that the task bodies compile for the arch at about half the cost (build/nvcc.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from .lowering import lower
 @dataclass
 class Compiled:
     graph: CompiledGraph
-    build_result: BuildResult
+    build_result: BuildResult  # off the GPU, a device-only build (a cubin)
     runner: Runner | None  # None: compile-only
     host_build_result: BuildResult | None  # the host build of the emulator of CUDA bodies
     artifacts: dict[str, Path] = field(default_factory=dict)  # compile(output_dir=...)'s files
@@ -55,8 +59,9 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
         source, graph, signature = k.replayed.source, k.replayed.graph, k.replayed.signature
     else:
         source, graph, signature = lower(k.graph, p, k.arch)
-    build_result = build_module(source, k.arch, dispatcher.module_name_of(source))
-    module = Module(build_result.path)
+    on_gpu = k.backend == "gpu"
+    build_result = build(source, k.arch, on_gpu)
+    module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     written: dict[str, Path] = {}
     if output_dir is not None:
         overrides = {name: k.meta_tensors[name] for name in p.meta_tensors}
@@ -71,3 +76,9 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
             heap.close(synchronize=False)
         raise
     return Compiled(graph, build_result, runner, host_build, written)
+
+
+def build(source: str, arch: str, on_gpu: bool) -> BuildResult:
+    """The nvcc build of ``source`` for a kernel that runs on the GPU (``on_gpu``: the shared library
+    its runner loads) or does not (the cubin): from the cache, or built once."""
+    return build_module(source, arch, dispatcher.module_name_of(source), device_only=not on_gpu)

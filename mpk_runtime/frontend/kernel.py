@@ -53,7 +53,7 @@ class PersistentKernel(TensorDeclarations):
         self._finalized = False
         self.artifacts: dict[str, Path] = {}
         self.profile_paths: dict[str, Path] = {}  # trace and CSV of the last profiled launch
-        self.build_result: BuildResult | None = None  # the nvcc build
+        self.build_result: BuildResult | None = None  # the nvcc build: a cubin unless the kernel runs on the GPU
         self.host_build_result: BuildResult | None = None  # the host build (emulate=True)
 
     @classmethod

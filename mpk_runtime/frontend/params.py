@@ -37,7 +37,7 @@ OPTIONAL: dict[str, Any] = {
     "test_mode": False,
     "target_cc": None,  # None: the GPU's own target
     "compile_only": False,
-    # Run on the CPU emulator (nvcc still builds the module for target_cc): True, the CUDA task bodies
+    # Run on the CPU emulator (nvcc still builds the device code for target_cc): True, the CUDA task bodies
     # built for the host; "reference", each task's PyTorch slice reference instead (quick, no CUDA).
     "emulate": False,
     "emulate_check": False,  # emulate=True only: race checking and slice bounds on every access (slower)

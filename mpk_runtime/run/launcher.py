@@ -13,8 +13,9 @@ _ERR = 512
 
 
 class Module:
-    """A loaded persistent-kernel module. Loading needs no GPU (the CUDA runtime is linked
-    statically and starts on first use), so compile-only builds can be loaded and checked too."""
+    """A loaded persistent-kernel module (the full build, which only the GPU backend makes). Loading
+    needs no GPU (the CUDA runtime is linked statically and starts on first use), so the CPU tests
+    load and check one too."""
 
     def __init__(self, path: Path):
         self.path = Path(path)

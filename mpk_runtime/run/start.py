@@ -1,5 +1,6 @@
-"""Where a compiled kernel's launches run: the runner for its backend (enters: the built module,
-the compiled graph, the tensors; leaves: a GpuKernel, an EmulatedKernel or a RankEmulatedKernel).
+"""Where a compiled kernel's launches run: the runner for its backend (enters: the loaded module on
+the GPU, the compiled graph, the tensors; leaves: a GpuKernel, an EmulatedKernel or a
+RankEmulatedKernel).
 
 The emulator of CUDA bodies needs the same source built for the host as well (build/host.py); its
 build result is returned beside the runner, for the report."""
@@ -31,7 +32,7 @@ Runner = GpuKernel | EmulatedKernel | RankEmulatedKernel
 class RunInputs:
     """What every runner is made from."""
 
-    module: Module
+    module: Module | None  # the GPU's; None elsewhere (their nvcc build is a cubin, not loaded)
     source: str
     graph: CompiledGraph
     tensors: dict[str, torch.Tensor]
@@ -48,6 +49,7 @@ def start_runner(
     """The runner of ``backend`` ("gpu", "emulated", "emulated-reference"; None for "compile-only")
     and, for "emulated", the host build of the source. ``p`` is the kernel's KernelParams."""
     if backend == "gpu":
+        assert r.module is not None
         launch = LaunchConfig(p.num_workers, p.num_local_schedulers, p.watchdog_timeout)
         runner = GpuKernel(r.module, r.graph, r.tensors, r.meta, launch, r.batch, r.device, r.worker_threads, profiler, heap)
         return runner, None

@@ -50,5 +50,13 @@ def noop_source() -> str:
 
 @pytest.fixture(scope="session")
 def noop_build(noop_source: str, mpk_cache_dir: Path) -> build.BuildResult:
-    """``noop_source`` built (or found) in the session's cache, once per session."""
+    """``noop_source`` built (or found) in the session's cache, once per session: the full build (a
+    shared library with the host side of the runtime, which only the GPU backend builds otherwise),
+    so that the CPU suite compiles csrc/runtime/host.cuh and loads and checks its ABI (test_abi.py)."""
     return build.build_module(noop_source, "sm80", "noop")
+
+
+@pytest.fixture(scope="session")
+def noop_cubin(noop_source: str, mpk_cache_dir: Path) -> build.BuildResult:
+    """``noop_source``'s device-only build (a cubin, what kernels off the GPU build), once per session."""
+    return build.build_module(noop_source, "sm80", "noop", device_only=True)

@@ -1,7 +1,11 @@
 """Builders shared by the CPU tests: RMSNorm tensors on a kernel, and task graphs made straight on
-``mpk_runtime.graph.TaskGraph`` (no kernel, no nvcc) for graph, schedule and codegen tests."""
+``mpk_runtime.graph.TaskGraph`` (no kernel, no nvcc) for graph, schedule and codegen tests; and the
+target a cubin (a device-only build) was assembled for."""
 
 from __future__ import annotations
+
+import struct
+from pathlib import Path
 
 import torch
 
@@ -62,15 +66,27 @@ def graph_of(pk: mpk.PersistentKernel) -> TaskGraph:
     return pk._graph
 
 
+def cubin_sm(path: Path) -> int:
+    """The SM number the cubin at ``path`` was assembled for (90 for sm_90a), from its ELF header,
+    after checking that it is a 64-bit ELF file for CUDA (e_machine EM_CUDA, 190). The number sits in
+    e_flags: in the low byte up to ELF ABI version 7, in bits 8-15 from version 8 on, which nvcc 13
+    writes for every arch (LLVM's BinaryFormat/ELF.h: EF_CUDA_SM, EF_CUDA_SM_MASK)."""
+    header = path.read_bytes()[:64]
+    assert header[:5] == b"\x7fELF\x02", f"{path} is not a 64-bit ELF file"
+    (machine,) = struct.unpack_from("<H", header, 18)
+    assert machine == 190, f"{path} is an ELF file for machine {machine}, not CUDA (190)"
+    (flags,) = struct.unpack_from("<I", header, 48)
+    return (flags >> 8) & 0xFF if header[8] >= 8 else flags & 0xFF
+
+
 def race_for_module(source: str, barrier, results) -> None:
     """One process of a build race (a spawned process imports it from here, a module on sys.path):
-    wait for all, ask for the module, load it, report."""
+    wait for all, ask for the module (a cubin: any kind of build would do), read it, report."""
     import os
 
     from mpk_runtime.build import cache
-    from mpk_runtime.run.launcher import Module
 
     barrier.wait(timeout=120)
-    result = cache.build_module(source, "sm80", "race")
-    Module(result.path)
+    result = cache.build_module(source, "sm80", "race", device_only=True)
+    assert cubin_sm(result.path) == 80
     results.put((result.cached, str(result.path), os.getpid()))

@@ -1,5 +1,6 @@
-"""The build cache: what the key covers, where entries live and how they are named, damaged
-entries, nvcc errors, and many processes asking for one key at once (one build, all load it)."""
+"""The build cache: what the key covers, where entries live and how they are named (full builds
+and device-only ones), damaged entries, nvcc errors, and many processes asking for one key at once
+(one build, all find it)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cpu_helpers import race_for_module
+from cpu_helpers import cubin_sm, race_for_module
 
 from mpk_runtime import resources
 from mpk_runtime.build import artifacts, cache_fs
 from mpk_runtime.build import cache as build
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BuildError, ConfigError
-from mpk_runtime.run.launcher import Module
 
 
 def test_key_is_deterministic_and_changes_with_the_source(noop_source):
@@ -30,6 +30,10 @@ def test_key_is_deterministic_and_changes_with_the_source(noop_source):
 def test_key_changes_with_the_arch(noop_source):
     keys = {arch: build.cache_key(noop_source, arch) for arch in ("sm80", "sm90", "sm100")}
     assert len(set(keys.values())) == 3
+
+
+def test_a_device_only_build_has_a_key_of_its_own(noop_source):
+    assert build.cache_key(noop_source, "sm80", device_only=True) != build.cache_key(noop_source, "sm80")
 
 
 def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, monkeypatch):
@@ -76,6 +80,21 @@ def test_flags_per_arch(arch, gencode):
     assert "-shared" in flags and f"-I{resources.CSRC}" in flags
 
 
+@pytest.mark.parametrize(
+    ("arch", "gencode"),
+    [
+        ("sm80", "-gencode=arch=compute_80,code=sm_80"),  # one code instance: nvcc -cubin takes no more
+        ("sm90", "-gencode=arch=compute_90a,code=sm_90a"),
+        ("sm100", "-gencode=arch=compute_100a,code=sm_100a"),
+    ],
+)
+def test_device_only_flags_per_arch(arch, gencode):
+    flags = build.flags_for(arch, device_only=True)
+    assert "-cubin" in flags and gencode in flags and f"-DMPK_TARGET_SM={arch[2:]}" in flags
+    assert not {"-shared", "-Xcompiler", "-fPIC"} & set(flags)
+    assert [f for f in flags if f.startswith("-gencode")] == [gencode]
+
+
 def test_unknown_arch():
     with pytest.raises(ConfigError, match=r"arch 'sm75' is not a build target; use one of sm80, sm90, sm100"):
         build.flags_for("sm75")
@@ -91,6 +110,16 @@ def test_entry_is_readable_and_recorded(noop_build, mpk_cache_dir):
     assert record["key"] == noop_build.key and record["arch"] == "sm80" and record["name"] == "noop"
     assert record["module_sha256"] == cache_fs.sha256(noop_build.path)
     assert build.entry_is_valid(entry)
+
+
+def test_device_only_entry_is_marked_and_holds_a_cubin(noop_cubin, noop_build, mpk_cache_dir):
+    entry = noop_cubin.entry
+    assert entry.name == f"noop-sm80-cubin-{noop_cubin.key[:16]}" and entry.parent == mpk_cache_dir / "modules"
+    assert noop_cubin.path == entry / build.CUBIN and cubin_sm(noop_cubin.path) == 80
+    assert sorted(p.name for p in entry.iterdir()) == ["build.json", "module.cubin", "source.cu"]
+    record = json.loads((entry / build.RECORD).read_text())
+    assert record["module_sha256"] == cache_fs.sha256(noop_cubin.path) and "-cubin" in record["flags"]
+    assert build.entry_is_valid(entry, filename=build.CUBIN) and noop_cubin.key != noop_build.key
 
 
 def test_cachedir_tag_at_the_root(noop_build, mpk_cache_dir):
@@ -115,18 +144,18 @@ def test_second_request_is_a_cache_hit(noop_source, noop_build):
     assert again.cached and again.path == noop_build.path and again.key == noop_build.key
 
 
-def private_copy(noop_build, monkeypatch, tmp_path) -> Path:
-    """A private cache holding a copy of the noop entry, so damaging it disturbs no other test."""
+def private_copy(result: build.BuildResult, monkeypatch, tmp_path) -> Path:
+    """A private cache holding a copy of the entry of ``result``, so damaging it disturbs no other test."""
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
-    entry = build.cache_root() / "modules" / noop_build.entry.name
-    shutil.copytree(noop_build.entry, entry)
+    entry = build.cache_root() / "modules" / result.entry.name
+    shutil.copytree(result.entry, entry)
     return entry
 
 
 def damage_module(entry: Path) -> None:
-    data = bytearray((entry / build.MODULE).read_bytes())
+    data = bytearray((entry / build.CUBIN).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (entry / build.MODULE).write_bytes(bytes(data))
+    (entry / build.CUBIN).write_bytes(bytes(data))
 
 
 def delete_record(entry: Path) -> None:
@@ -134,15 +163,17 @@ def delete_record(entry: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [damage_module, delete_record])
-def test_damaged_entry_is_detected_and_rebuilt(noop_source, noop_build, monkeypatch, tmp_path, damage):
-    entry = private_copy(noop_build, monkeypatch, tmp_path)
-    assert build.build_module(noop_source, "sm80", "noop").cached  # the copy is a valid entry
+def test_damaged_entry_is_detected_and_rebuilt(noop_source, noop_cubin, monkeypatch, tmp_path, damage):
+    """With real nvcc, on a device-only entry (the cheaper build; test_cache_faults.py goes through
+    every kind of damage with a stand-in compiler)."""
+    entry = private_copy(noop_cubin, monkeypatch, tmp_path)
+    assert build.build_module(noop_source, "sm80", "noop", device_only=True).cached  # the copy is a valid entry
     damage(entry)
-    assert not build.entry_is_valid(entry)
-    rebuilt = build.build_module(noop_source, "sm80", "noop")
+    assert not build.entry_is_valid(entry, filename=build.CUBIN)
+    rebuilt = build.build_module(noop_source, "sm80", "noop", device_only=True)
     assert not rebuilt.cached and rebuilt.entry == entry
-    assert build.entry_is_valid(entry)
-    assert Module(rebuilt.path).worker_threads == 128
+    assert build.entry_is_valid(entry, filename=build.CUBIN)
+    assert cubin_sm(rebuilt.path) == 80
     assert [p.name for p in (tmp_path / "modules").iterdir() if p.name.startswith(".tmp")] == []
 
 

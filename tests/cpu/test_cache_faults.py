@@ -103,6 +103,26 @@ def test_damaged_entry_is_rebuilt_with_one_line_saying_why(cache, caplog, damage
     assert [p.name for p in cache.iterdir() if p.name.startswith(".")] == []  # nothing left behind
 
 
+CUBIN_DAMAGE = {
+    "no cubin": (lambda e: (e / build.CUBIN).unlink(), "it has no module.cubin"),
+    "changed cubin": (lambda e: (e / build.CUBIN).write_bytes(b"changed"), "module.cubin does not match the sha256"),
+}
+
+
+@pytest.mark.parametrize("damage", CUBIN_DAMAGE, ids=list(CUBIN_DAMAGE))
+def test_a_damaged_device_only_entry_is_rebuilt(cache, damage):
+    """A device-only build's file is module.cubin, in an entry of its own: its damage is seen as
+    module.so's is, and the full build's entry of the same source is left alone."""
+    full = first_build(cache)
+    entry = build.build_module(SOURCE, "sm80", "faulty", device_only=True).entry
+    assert entry.name.startswith("faulty-sm80-cubin-") and entry != full.entry
+    hurt, reason = CUBIN_DAMAGE[damage]
+    hurt(entry)
+    result = build.build_module(SOURCE, "sm80", "faulty", device_only=True)
+    assert not result.cached and result.entry == entry and result.note.startswith(f"rebuilt {entry.name}: {reason}")
+    assert build.entry_is_valid(entry, filename=build.CUBIN) and build.build_module(SOURCE, "sm80", "faulty").cached
+
+
 def test_a_link_to_a_sound_entry_is_not_trusted(cache, tmp_path):
     entry = first_build(cache).entry
     elsewhere = tmp_path / "elsewhere"

@@ -1,6 +1,8 @@
-"""Compile-only builds of an RMSNorm graph for sm80, sm90 and sm100 (real nvcc, no GPU): the module
-builds and loads, the artifacts describe the graph, the cache serves a second build, and the kernel's
-life cycle and layer arguments are validated before anything is built."""
+"""Compile-only builds of an RMSNorm graph for sm80, sm90 and sm100 (real nvcc, no GPU): the device
+code builds (a cubin for the target: a kernel that does not run on a GPU gets no host module; the
+full build is loaded and checked in test_abi.py), the artifacts describe the graph, the cache serves
+a second build and the emulated kernel of the same graph, and the kernel's life cycle and layer
+arguments are validated before anything is built."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from cpu_helpers import graph_of, rmsnorm_tensors
+from cpu_helpers import cubin_sm, graph_of, rmsnorm_tensors
 
 import mpk_runtime as mpk
+from mpk_runtime import harness
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BlockDimError, ConfigError, DeviceError, DTypeError, ShapeError, StateError
 from mpk_runtime.graph import collect_variants
-from mpk_runtime.run.launcher import Module
 from mpk_runtime.tasks import registry
 
 BLOCK = {80: (128, 1, 1), 90: (256, 1, 1), 100: (256, 1, 1)}
@@ -48,12 +50,20 @@ def compiled(request, tmp_path_factory) -> tuple[mpk.PersistentKernel, Path]:
     return pk, out
 
 
-def test_module_builds_and_loads(compiled):
+def test_device_code_is_built_for_the_target(compiled):
     pk, _ = compiled
-    m = Module(pk.build_result.path)  # checks the ABI layout against abi.py
-    assert (m.worker_threads, m.target_sm) == (pk.block_dim[0], pk.target_cc)
-    assert m.task_type_name(registry.get("rmsnorm").opcode) == "rmsnorm"
-    assert re.fullmatch(rf"rmsnorm_bf16_1_4096(_\w+)?-{pk.arch}-[0-9a-f]{{16}}", pk.build_result.entry.name)
+    cubin = pk.build_result.path
+    assert cubin.name == "module.cubin" and sorted(p.name for p in cubin.parent.iterdir()) == [
+        "build.json",
+        "module.cubin",
+        "source.cu",
+    ]
+    assert cubin_sm(cubin) == pk.target_cc
+    sass = {80: "sm_80", 90: "sm_90a", 100: "sm_100a"}[pk.target_cc]
+    data = cubin.read_bytes()
+    assert f"-arch {sass} ".encode() in data  # ptxas's command line, in the cubin's notes: the arch-specific target
+    assert b"persistent_kernel" in data  # the kernel, with every task body inlined
+    assert re.fullmatch(rf"rmsnorm_bf16_1_4096(_\w+)?-{pk.arch}-cubin-[0-9a-f]{{16}}", pk.build_result.entry.name)
 
 
 def test_block_dim_follows_the_target(compiled):
@@ -110,6 +120,30 @@ def test_second_identical_build_is_a_cache_hit(compiled, make_pk):
     again = rmsnorm_kernel(make_pk, pk.target_cc)
     again.compile()
     assert again.build_result.cached and again.build_result.path == pk.build_result.path
+
+
+def test_emulated_kernel_finds_the_compile_only_build(make_pk):
+    """Emulated and compile-only kernels of one graph need one build, the cubin: the plugin prebuilds
+    compile-only kernels (harness.build_for) and the emulated cases then find their module in the cache."""
+
+    def kernel(**overrides) -> mpk.PersistentKernel:
+        pk = make_pk(90, test_mode=True, **overrides)
+        x, w, y = (pk.attach_input(torch.zeros(shape), name=n) for n, shape in [("x", (4, 256)), ("w", (256,)), ("y", (4, 256))])
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+        return pk
+
+    compile_only = kernel()
+    prebuilt = harness.build_for(compile_only, on_gpu=False)
+    assert prebuilt.path.name == "module.cubin" and re.fullmatch(
+        r"rmsnorm_fp32_1_256-sm90-cubin-[0-9a-f]{16}", prebuilt.entry.name
+    )
+    compile_only.compile()
+    assert compile_only.build_result.cached and compile_only.build_result.entry == prebuilt.entry
+    for emulate in (True, "reference"):
+        emulated = kernel(compile_only=False, emulate=emulate)
+        emulated.compile()
+        assert emulated.build_result.cached and emulated.build_result.entry == prebuilt.entry, emulate
+        emulated.finalize()
 
 
 def test_compile_only_kernel_cannot_run(compiled):
@@ -287,9 +321,8 @@ def test_graph_of_several_variants_builds(make_pk):
     a, b = (pk.attach_input(torch.zeros(8, dtype=torch.int32), name=n) for n in "ab")
     pk.noop_layer([a], [b], grid_dim=(2, 1, 1), block_dim=pk.block_dim)
     pk.compile()
-    m = Module(pk.build_result.path)
-    used = {"noop", "rmsnorm"}
-    assert {s.name: m.task_type_name(s.opcode) for s in registry.all_specs()} == {
-        s.name: (s.name if s.name in used else None) for s in registry.all_specs()
-    }
+    assert cubin_sm(pk.build_result.path) == 80
+    source = (pk.build_result.entry / "source.cu").read_text()
+    named = set(re.findall(r'case MPK_TASK_\w+: return "(\w+)";', source))  # the name table the cubin was built from
+    assert named == {"noop", "rmsnorm"}
     assert pk.build_result.entry.name.startswith("rmsnorm_fp32_1_1000")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import mpk_runtime as mpk
+from mpk_runtime import harness
 from mpk_runtime.harness import find_reference as find
 
 bf = torch.bfloat16
@@ -109,13 +110,14 @@ def build_block(pk, shape: str, pattern: str, device: str = "cuda") -> dict[str,
 
 @pytest.fixture(scope="module", autouse=True)
 def prebuilt():
-    """Every module of this file built up front, in parallel (later compiles hit the cache)."""
+    """Every module of this file built up front, in parallel (later compiles hit the cache): each graph
+    in a compile-only kernel, built as the GPU needs it (its compile() would build a cubin)."""
 
     def one(job):
         cc, shape = job
         pk = mpk.PersistentKernel(**params(cc, 1, compile_only=True))
         build_block(pk, shape, "uniform", device="meta")
-        pk.compile()
+        harness.build_for(pk, on_gpu=True)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, [(cc, s) for cc in (80, 90) for s in SHAPES]))

@@ -1,12 +1,22 @@
 """Which backend ran each case, as the report says it: the verbose status ("PASSED [backend]"), the
 terminal summary ("mpk backends: ..."), and the --mpk-backend choices on a machine without a GPU.
-Nothing that did not run on a GPU is reported as run on one."""
+Nothing that did not run on a GPU is reported as run on one, and nothing that does not run on one
+gets more than the device code built (a cubin), the prebuild included."""
 
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
+import torch
+
+from mpk_runtime import harness
+from pytest_mpk import Out, SceneTestCase, devices
+from pytest_mpk.prebuild import prebuild
+from pytest_mpk.runner import Setup
+
+CACHED = types.SimpleNamespace(cached=True, entry=None, note=None)  # a build result found in the cache
 
 SCENE = """
 from pytest_mpk import Case, scene_test
@@ -93,6 +103,38 @@ def test_compile_only_builds_and_runs_nothing(pytester: pytest.Pytester, scenes)
     )
     kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_good_sm100"
     assert json.loads((kept / "signature_rank0.json").read_text())["arch"] == "sm100"
+
+
+def test_compile_only_and_emulated_cases_share_one_device_only_build(pytester: pytest.Pytester, scenes) -> None:
+    """Off the GPU a case's nvcc build is the device code alone (a cubin), the same entry for the
+    compile-only and the emulated backends: a compile-only run fills the cache for an emulated one."""
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("-rA", "--mpk-backend", "compile-only", "-k", "good")
+    result.assert_outcomes(passed=1)
+    line = next(line for line in result.stdout.lines if line.startswith("module ") and "-sm90-cubin-" in line)
+    entry = line.split(": ")[1]
+    result = pytester.runpytest_inprocess("-rA", "--mpk-backend", "emulate", "-k", "good")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"module from the cache: {entry}"])
+
+
+@pytest.mark.parametrize(("backend", "on_gpu"), [(devices.GPU, True), (devices.EMULATED, False), (devices.COMPILED, False)])
+def test_the_prebuild_builds_what_the_backend_loads(monkeypatch, tmp_path, backend: str, on_gpu: bool) -> None:
+    """A session's prebuild makes each case's graph in a compile-only kernel (no GPU needed), but
+    builds it as the case's backend will: the shared library for the GPU, the cubin elsewhere."""
+
+    class Norm(SceneTestCase):
+        def generate_args(self, params):
+            return {"x": torch.randn(2, 256), "w": torch.randn(256), "y": Out(torch.empty(2, 256))}
+
+        def build(self, pk, t, params):
+            pk.rmsnorm_layer(input=t.x, weight=t.w, output=t.y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+
+    asked = []
+    monkeypatch.setattr(harness, "build_for", lambda pk, on_gpu: asked.append((pk.backend, pk.arch, on_gpu)) or CACHED)
+    setup = Setup(arch="sm90", backend=backend, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
+    assert prebuild([(Norm(), {}, setup)], jobs=1) == 0
+    assert asked == [("compile-only", "sm90", on_gpu)]
 
 
 def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None:

@@ -179,7 +179,7 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
     # The damaged nvcc entry, beside sound copies of the host-emulation builds the case also needs
     # (the emulator's runtime archive, the module's host build): only the damaged entry is rebuilt.
-    stem = name.rsplit("-", 2)[0]
+    stem = name.rsplit("-", 3)[0]  # <stem>-sm90-cubin-<key>: an emulated case builds the device code only
     for entry in [shared / name, *shared.glob("emulation-runtime-*"), *shared.glob(f"{glob.escape(stem)}-host-*")]:
         if entry.is_dir():
             shutil.copytree(entry, private / "modules" / entry.name)
