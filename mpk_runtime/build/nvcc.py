@@ -51,9 +51,11 @@ def flags_for(arch: str, python_extension: bool = False, device_only: bool = Fal
 
         extra = [f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}", "-Xcompiler", "-fvisibility=hidden"]
     target = archs.ARCHS[arch]
-    # A shared library's flags keep their order, and so existing entries their cache keys.
-    output, arch_flags = (["-cubin"], target.cubin_flags) if device_only else (SHARED_FLAGS, target.nvcc_flags)
-    return ["-std=c++17", "-O3", *output, "-lineinfo", f"-I{resources.CSRC}", *arch_flags, *extra]
+    # A shared library's flags keep their order, and so existing entries their cache keys. Its line
+    # table is for compute-sanitizer and the profiler; a cubin never runs, so it goes without (~8% less).
+    if device_only:
+        return ["-std=c++17", "-O3", "-cubin", f"-I{resources.CSRC}", *target.cubin_flags, *extra]
+    return ["-std=c++17", "-O3", *SHARED_FLAGS, "-lineinfo", f"-I{resources.CSRC}", *target.nvcc_flags, *extra]
 
 
 def included_headers(source: str) -> list[Path]:
