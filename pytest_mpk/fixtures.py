@@ -68,7 +68,8 @@ def mpk_params(request: pytest.FixtureRequest, mpk_arch: str, _mpk_backend: str)
     schedulers (or emulation), the session's hang timeout, then ``@pytest.mark.mpk_params(...)``."""
     from .runner import base_params
 
-    params = _Params(base_params(mpk_arch, _mpk_backend, request.config.stash[SESSION_KEY].hang_timeout))
+    session = request.config.stash[SESSION_KEY]
+    params = _Params(base_params(mpk_arch, _mpk_backend, session.hang_timeout, session.warp_jitter))
     for marker in reversed(list(request.node.iter_markers("mpk_params"))):
         params.update(marker.kwargs)
     return params

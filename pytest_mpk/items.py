@@ -208,6 +208,7 @@ class _SceneItem(pytest.Item):
             replay=mpk.replay,
             profile=mpk.profile,
             rank_timeout=mpk.rank_timeout,
+            warp_jitter=mpk.warp_jitter,
         )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:

@@ -104,6 +104,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "accesses outside a task's slices (a few times slower)",
     )
     group.addoption(
+        "--mpk-no-warp-jitter",
+        dest="mpk_no_warp_jitter",
+        action="store_true",
+        default=False,
+        help="Build GPU cases without warp jitter (by default a warp now and then sleeps after a barrier, so a "
+        "missing barrier shows); --mpk-sanitize's reruns use it: the tools see races and barriers directly",
+    )
+    group.addoption(
         "--mpk-case",
         dest="mpk_case",
         metavar="CLASS::CASE",

@@ -40,6 +40,7 @@ class Setup:
     replay: Path | None = None  # --mpk-replay: a compile output directory to run instead of build()
     profile: bool = False  # --mpk-profile: record a trace (gpu backend only)
     rank_timeout: float | None = None  # --mpk-rank-timeout: a multi-rank case's wait for the other ranks
+    warp_jitter: bool = True  # off with --mpk-no-warp-jitter
     notes: list[str] = field(default_factory=list)  # lines for the item's report
 
 
@@ -84,15 +85,16 @@ def outputs_of(args: dict[str, Any]) -> list[str]:
     return names
 
 
-def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
+def base_params(arch: str, backend: str, hang_timeout: float, warp_jitter: bool = True) -> dict[str, Any]:
     """Init parameters of a test-mode kernel for ``arch`` on ``backend``: this GPU's workers and
     schedulers, or a few emulated workers; the plugin's scene cases and its ``pk`` fixture share them."""
     init = mpk.PersistentKernel.get_default_init_parameters()
     # One rank: under mpirun the defaults would be the job's (multi-rank cases set their own).
     # warp_jitter: a missing barrier changes the results on the GPU too (emulated builds get the same
-    # source, so both backends share one nvcc module); a scene's kernel_params may turn it off.
+    # source, so both backends share one nvcc module); --mpk-no-warp-jitter or a scene's kernel_params
+    # turn it off.
     init.update(test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout, world_size=1, mpi_rank=0)
-    init.update(warp_jitter=True)
+    init.update(warp_jitter=warp_jitter)
     if backend == devices.GPU:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
@@ -107,7 +109,7 @@ def base_params(arch: str, backend: str, hang_timeout: float) -> dict[str, Any]:
 
 
 def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    init = base_params(setup.arch, setup.backend, setup.hang_timeout)
+    init = base_params(setup.arch, setup.backend, setup.hang_timeout, setup.warp_jitter)
     extra = dict(scene.kernel_params(dict(params)))
     if "meta_tensors" in extra:  # generated on the CPU, like the arguments; the kernel wants them where it runs
         device = "cuda" if setup.backend == devices.GPU else "cpu"

@@ -164,6 +164,7 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         *args,
         "--mpk-backend",
         "gpu",
+        "--mpk-no-warp-jitter",  # the tools see races and barriers directly; the sleeps only slow them
         "--mpk-keep-artifacts",
         "--mpk-hang-timeout",
         str(hang_timeout * SLOWDOWN),

@@ -49,6 +49,7 @@ class MpkSession:
         self.requested_archs: list[str] = opt.mpk_arch or [ini(config, "mpk_arch")]
         self.backend: str = opt.mpk_backend or ini(config, "mpk_backend")
         self.emulate_check: bool = opt.mpk_emulate_check
+        self.warp_jitter: bool = not opt.mpk_no_warp_jitter
         self.selected_cases: list[str] = opt.mpk_case or []
         artifacts = opt.mpk_artifacts_dir or config.getini("mpk_artifacts_dir") or ".mpk-artifacts"
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
@@ -107,6 +108,8 @@ class MpkSession:
         parts += ["--mpk-backend", self.backend]
         if self.emulate_check:
             parts.append("--mpk-emulate-check")
+        if not self.warp_jitter:
+            parts.append("--mpk-no-warp-jitter")
         if getattr(getattr(item, "case", None), "manual", False):  # skipped unless picked
             parts += ["--mpk-case", item.selector]
         if self.replay:

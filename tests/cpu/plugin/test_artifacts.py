@@ -101,6 +101,14 @@ def test_repro_line_reruns_the_failing_item_alone(pytester: pytest.Pytester, sce
     )
 
 
+def test_repro_line_keeps_no_warp_jitter(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE)
+    result = pytester.runpytest_inprocess("--arch", "sm90", "--mpk-backend", "emulate", "--mpk-no-warp-jitter")
+    result.assert_outcomes(passed=1, failed=2)
+    repro = (case_dir(pytester, "worse") / "repro.txt").read_text().strip()
+    assert repro.endswith("--mpk-backend emulate --mpk-no-warp-jitter")
+
+
 def test_repro_line_of_a_manual_case_selects_it(pytester: pytest.Pytester, scenes) -> None:
     """A manual case runs only when picked with --mpk-case, so its repro line picks it."""
     pytester.makepyfile(test_scene=SCENE.replace("off=2.0)", "off=2.0, manual=True)"))

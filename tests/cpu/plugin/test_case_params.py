@@ -60,6 +60,12 @@ def test_kernel_params_and_hang_timeout(pytester: pytest.Pytester, scenes) -> No
     assert signature_params(pytester)["watchdog_timeout"] == 2.5  # the option wins over the ini key
 
 
+def test_no_warp_jitter_option_builds_without_it(pytester: pytest.Pytester, scenes) -> None:
+    pytester.makepyfile(test_scene=SCENE.replace("{KERNEL_PARAMS}", "{}"))
+    pytester.runpytest_inprocess("--mpk-keep-artifacts", "--mpk-no-warp-jitter").assert_outcomes(passed=1)
+    assert not jittered(pytester)
+
+
 def test_a_wrong_kernel_param_names_the_right_one(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=SCENE.replace("{KERNEL_PARAMS}", "{'max_num_pagez': 3}"))
     result = pytester.runpytest_inprocess()
