@@ -90,11 +90,12 @@ def base_params(arch: str, backend: str, hang_timeout: float, warp_jitter: bool 
     schedulers, or a few emulated workers; the plugin's scene cases and its ``pk`` fixture share them."""
     init = mpk.PersistentKernel.get_default_init_parameters()
     # One rank: under mpirun the defaults would be the job's (multi-rank cases set their own).
-    # warp_jitter: a missing barrier changes the results on the GPU too (emulated builds get the same
-    # source, so both backends share one nvcc module); --mpk-no-warp-jitter or a scene's kernel_params
-    # turn it off.
-    init.update(test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout, world_size=1, mpi_rank=0)
-    init.update(warp_jitter=warp_jitter)
+    # warp_jitter: a missing barrier changes the results on the GPU too; off the GPU the same source
+    # is built, so nvcc checks the jittered barriers for the arch (--mpk-no-warp-jitter or a scene's
+    # kernel_params turn it off).
+    init.update(
+        test_mode=True, target_cc=int(arch[2:]), watchdog_timeout=hang_timeout, world_size=1, mpi_rank=0, warp_jitter=warp_jitter
+    )
     if backend == devices.GPU:
         workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
         init.update(num_workers=workers, num_local_schedulers=schedulers)
