@@ -15,7 +15,7 @@ from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task,
 # Both numbers are the body's too (csrc/tasks/common/paged_attention.cuh): a request with at most
 # KV_SPLIT_MAX_TOKENS new tokens splits its keys over grid z, a longer one its new tokens.
 KV_SPLIT_MAX_TOKENS = 16
-MAX_SPLITS = 128  # the merge counter holds 8 bits of count
+MAX_SPLITS = 128  # paged_attention.cuh static_asserts it
 HEAD_DIMS = (64, 128)
 GROUP_SIZES = (1, 2, 4, 8, 16)
 WORKSPACE_PAD = 4  # floats after each partial row: its log-sum-exp, padded to 16 bytes

@@ -59,7 +59,11 @@ struct Smem {
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
   static constexpr int kQBytes = kWorkerWarps * 16 * kRowBytes;         // q rows of up to kWorkerWarps m-tiles
   static constexpr int kTileBytes = kTileKeys * kRowBytes;              // K or V of one stage
-  static constexpr int kScratchBytes = kWorkerWarps * (16 * D + 32) * 4;  // O, m, l per warp (merge)
+  // The merge scratch: per warp 16 rows of O (row stride D + 4 floats: the PV fragment stores hit 4
+  // banks where D would put them all in one; still 16-byte rows), then m and l of the 16 rows.
+  static constexpr int kScratchRow = D + 4;
+  static constexpr int kScratchWarp = 16 * kScratchRow + 32;
+  static constexpr int kScratchBytes = kWorkerWarps * kScratchWarp * 4;
   static constexpr int kKvBytes = kStages * 2 * kTileBytes > kScratchBytes ? kStages * 2 * kTileBytes : kScratchBytes;
   static constexpr int kBytes = kQBytes + kKvBytes + 16;  // + the "last split" flag
 };
@@ -157,7 +161,7 @@ struct Plan {
   int kb, ke;    // keys read: positions [kb, ke), before the causal limit of each row
   int t0, t1;    // tokens whose rows this task computes
   int w0, w1;    // tokens whose key and value this task appends
-  int in0, in1;  // key positions computed from the input (tokens of other tasks' blocks)
+  int in0, in1;  // key positions computed from the input (in0 = step, or both 0): new keys not read back from the cache
 };
 
 template <int Z>
@@ -187,6 +191,11 @@ __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt)
     p.ke = p.step + p.t1;
     p.in0 = p.step;
     p.in1 = p.step + p.t0;
+  } else if (p.qlen <= kKvSplitMaxTokens) {
+    // A decode (or a short chunk) reads its few new keys from the input, computed as the append
+    // computes them, so that no tile waits for the append: all of them go out at the start.
+    p.in0 = p.step;
+    p.in1 = p.kv_len;
   }
   return p;
 }
@@ -204,7 +213,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
   static_assert(D == 64 || D == 128, "paged_attention: head_dim 64 or 128");
   static_assert(G >= 1 && G <= 16 && 16 % G == 0, "paged_attention: 1, 2, 4, 8 or 16 q heads per kv head");
-  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits (the merge counter counts in 8 bits)");
+  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits");
   constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
   constexpr int E = D / 32, NT = D / 8, KC = D / 8;  // elements per lane; PV n-tiles; 16-byte chunks per row
   using S = Smem<T, D>;
@@ -258,7 +267,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
 #pragma unroll
         for (int r = threadIdx.x / KC; r < kTileKeys; r += kRowStride) {
           int const pos = k0 + r;
-          bool const valid = pos < ke, from_input = pos >= p.in0 && pos < p.in1;  // those rows: below
+          bool const valid = pos < ke, from_input = valid && pos >= p.in0 && pos < p.in1;  // those rows: below
           int64_t offset = 0;
           if (valid) offset = cache_row(k_cache, pos) - k_cache + c * 8;
           if (!from_input) {
@@ -269,7 +278,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       }
       cp_async_commit();
       int const lo = max(k0, p.in0), hi = min(min(k0 + kTileKeys, ke), p.in1);
-      for (int base = lo + warp * kRowBatch; base < hi; base += kWorkerWarps * kRowBatch) {
+      int const kw = (warp + kWorkerWarps / 2) % kWorkerWarps;  // not warp 0 first: it prepares q rows
+      for (int base = lo + kw * kRowBatch; base < hi; base += kWorkerWarps * kRowBatch) {
         norm_rope_rows<T, D, kRowBatch>(
             [&](int r) { return base + r < hi ? in_row(base + r - p.step, H + y) : nullptr; },
             [&](int r) { return base + r; },
@@ -288,22 +298,28 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       }
     };
 
-    // History tiles go out before the append and Q work; tiles that hold new keys after the barrier.
+    // Tiles whose keys are all history or computed from the input go out before the append and Q
+    // work; a tile with keys read back from the append's cache slots after the barrier.
     int issued = 0;
-    while (issued < kStages && issued < num_tiles && p.kb + (issued + 1) * kTileKeys <= p.step) issue(issued++);
+    int const early_end = max(p.step, p.in1);
+    while (issued < kStages && issued < num_tiles && min(p.kb + (issued + 1) * kTileKeys, ke) <= early_end)
+      issue(issued++);
 
-    if (pass == 0) {  // 1. append this task's new keys and values
-      for (int base = p.w0 + warp * kRowBatch; base < p.w1; base += kWorkerWarps * kRowBatch) {
+    if (pass == 0) {  // 1. append this task's new keys and values, last warps first (the first prepare q rows)
+      int const aw = kWorkerWarps - 1 - warp;
+      for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += kWorkerWarps * kRowBatch) {
+        float v[kRowBatch][E];  // the values' loads go out with the keys'
+#pragma unroll
+        for (int r = 0; r < kRowBatch; ++r)
+          if (base + r < p.w1) load_elems<T, E>(in_row(base + r, H + H_KV + y) + lane * E, v[r]);
         norm_rope_rows<T, D, kRowBatch>(
             [&](int r) { return base + r < p.w1 ? in_row(base + r, H + y) : nullptr; },
             [&](int r) { return p.step + base + r; },
-            [&](int r, float const(&v)[E]) { store_elems<T, E>(cache_row(k_cache, p.step + base + r) + lane * E, v); },
+            [&](int r, float const(&k)[E]) { store_elems<T, E>(cache_row(k_cache, p.step + base + r) + lane * E, k); },
             k_norm, cos_tab, sin_tab, eps, lane);
-        for (int r = 0; r < kRowBatch && base + r < p.w1; ++r) {
-          float v[E];
-          load_elems<T, E>(in_row(base + r, H + H_KV + y) + lane * E, v);
-          store_elems<T, E>(cache_row(v_cache, p.step + base + r) + lane * E, v);
-        }
+#pragma unroll
+        for (int r = 0; r < kRowBatch; ++r)
+          if (base + r < p.w1) store_elems<T, E>(cache_row(v_cache, p.step + base + r) + lane * E, v[r]);
       }
     }
 
@@ -428,7 +444,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
     cp_async_wait_all();
 
     // Merge the warps of each m-tile: (m, l, O) per warp and row into shared memory, then per row.
-    float *my_o = scratch + warp * (16 * D + 32), *my_ml = my_o + 16 * D;
+    float *my_o = scratch + warp * S::kScratchWarp, *my_ml = my_o + 16 * S::kScratchRow;
+    int const tile_rows = min(16, rows - mtile * 16);  // rows past it are padding: no one reads them
     if (active) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -440,7 +457,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           int const row = g + 8 * (e / 2), n = 2 * t + (e & 1);
-          my_o[row * D + 64 * (j / 8) + 8 * n + j % 8] = o[j][e];
+          if (row < tile_rows) my_o[row * S::kScratchRow + 64 * (j / 8) + 8 * n + j % 8] = o[j][e];
         }
       if (t == 0) {
         my_ml[g] = m_run[0], my_ml[g + 8] = m_run[1];
@@ -452,14 +469,17 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       int const mi = idx / (16 * KC), r = idx / KC % 16, c = idx % KC, row = (pass + mi) * 16 + r;
       if (row >= rows) continue;
       float mx = -INFINITY;
-      for (int k = 0; k < ks_count; ++k) mx = fmaxf(mx, scratch[(mi * ks_count + k) * (16 * D + 32) + 16 * D + r]);
+      for (int k = 0; k < ks_count; ++k)
+        mx = fmaxf(mx, scratch[(mi * ks_count + k) * S::kScratchWarp + 16 * S::kScratchRow + r]);
       float acc[8] = {}, l = 0.f;
       for (int k = 0; k < ks_count && mx != -INFINITY; ++k) {
-        float const *wo = scratch + (mi * ks_count + k) * (16 * D + 32);
-        float const f = exp2f(wo[16 * D + r] - mx);
-        l += wo[16 * D + 16 + r] * f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[e] += wo[r * D + c * 8 + e] * f;
+        float const *wo = scratch + (mi * ks_count + k) * S::kScratchWarp;
+        float const f = exp2f(wo[16 * S::kScratchRow + r] - mx);
+        l += wo[16 * S::kScratchRow + 16 + r] * f;
+        float4 const a = reinterpret_cast<float4 const *>(wo + r * S::kScratchRow + c * 8)[0];
+        float4 const b = reinterpret_cast<float4 const *>(wo + r * S::kScratchRow + c * 8)[1];
+        acc[0] += a.x * f, acc[1] += a.y * f, acc[2] += a.z * f, acc[3] += a.w * f;
+        acc[4] += b.x * f, acc[5] += b.y * f, acc[6] += b.z * f, acc[7] += b.w * f;
       }
       float const inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
@@ -498,39 +518,64 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       for (int row = threadIdx.x; row < rows; row += kWorkerThreads) part_of(p.t0 + row / G, row % G, z)[D] = -INFINITY;
     __syncthreads();
     if (threadIdx.x == 0) {
-      // Count this split done: (launch, iteration) tag | count. A count of another tag, or already
-      // full, is stale (an earlier iteration, or a fresh workspace) and starts over.
+      // Count this split done on a word of launch id (32 bits) | iteration (16) | count (16). A word
+      // of another tag, or with a full count, is stale (an earlier iteration, a fresh workspace).
+      // One atomicAdd counts the split when the word is current: the Z splits finish together, and
+      // a compare-and-swap loop would make them retry one after another. The first split of an
+      // iteration (or several at once) adds to a stale word instead, whose count no one reads (it
+      // stays below 2 Z, far from the tag bits); they restart it with this tag by compare-and-swap.
       auto *counter = reinterpret_cast<unsigned long long *>(ws) + x * H_KV + y;
       unsigned long long const tag = (static_cast<unsigned long long>(rt.launch_id) << 32) |
-                                     (static_cast<unsigned long long>(rt.iteration & 0xffffffu) << 8);
+                                     (static_cast<unsigned long long>(rt.iteration & 0xffffu) << 16);
+      auto current = [&](unsigned long long w) { return (w & ~0xffffull) == tag && (w & 0xffffull) < Z; };
       __threadfence();  // this task's partials before its count
-      unsigned long long seen = 0, next;
-      for (;;) {
-        next = (seen & ~0xffull) == tag && (seen & 0xffull) < Z ? seen + 1 : tag | 1ull;
-        unsigned long long const was = atomicCAS(counter, seen, next);
-        if (was == seen) break;
-        seen = was;
+      unsigned long long seen = atomicAdd(counter, 1ull), next = seen + 1;
+      if (!current(seen)) {
+        seen = next;
+        for (;;) {
+          next = current(seen) ? seen + 1 : tag | 1ull;
+          unsigned long long const was = atomicCAS(counter, seen, next);
+          if (was == seen) break;
+          seen = was;
+        }
       }
-      *last_flag = (next & 0xffull) == Z;
+      bool const last = (next & 0xffffull) == Z;
+      // The merger's acquire: the other splits' partials (each fenced before its add) are ordered
+      // before this fence, and the barrier below orders the whole block's loads after it, so one
+      // thread fences instead of all of them.
+      if (last) __threadfence();
+      *last_flag = last;
     }
     __syncthreads();
     if (!*last_flag) return;
-    __threadfence();  // the other splits' partials after their counts (plain loads: the fence orders them)
     for (int idx = threadIdx.x; idx < rows * KC; idx += kWorkerThreads) {
       int const row = idx / KC, c = idx % KC, token = row / G, head = row % G;
-      float mx = -INFINITY;
-      for (int zz = 0; zz < Z; ++zz) mx = fmaxf(mx, part_of(token, head, zz)[D]);
-      float acc[8] = {}, wsum = 0.f;
-      for (int zz = 0; zz < Z && mx != -INFINITY; ++zz) {
-        float const *part = part_of(token, head, zz);
-        float const lse = part[D];
-        if (lse == -INFINITY) continue;
-        float const f = exp2f(lse - mx);
-        float4 const a = reinterpret_cast<float4 const *>(part + c * 8)[0];
-        float4 const b = reinterpret_cast<float4 const *>(part + c * 8)[1];
-        acc[0] += f * a.x, acc[1] += f * a.y, acc[2] += f * a.z, acc[3] += f * a.w;
-        acc[4] += f * b.x, acc[5] += f * b.y, acc[6] += f * b.z, acc[7] += f * b.w;
-        wsum += f;
+      // A running maximum over groups of 8 splits: the group's loads go out together, and nothing
+      // branches on what they hold (a load behind such a test would wait for the one before).
+      // An empty split (lse -inf) weighs 0 and its stale values are never multiplied.
+      constexpr int kGroup = Z < 8 ? Z : 8;
+      float m = -INFINITY, acc[8] = {}, wsum = 0.f;
+      for (int z0 = 0; z0 < Z; z0 += kGroup) {
+        float lse[kGroup];
+        float4 a[kGroup], b[kGroup];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          float const *part = part_of(token, head, min(z0 + u, Z - 1));
+          lse[u] = z0 + u < Z ? part[D] : -INFINITY;
+          a[u] = reinterpret_cast<float4 const *>(part + c * 8)[0];
+          b[u] = reinterpret_cast<float4 const *>(part + c * 8)[1];
+        }
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          float const m_new = fmaxf(m, lse[u]);
+          bool const none = m_new == -INFINITY, empty = lse[u] == -INFINITY;
+          float const rescale = none ? 1.f : exp2f(m - m_new), f = empty ? 0.f : exp2f(lse[u] - m_new);
+          float const v[8] = {a[u].x, a[u].y, a[u].z, a[u].w, b[u].x, b[u].y, b[u].z, b[u].w};
+          wsum = wsum * rescale + f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[e] = acc[e] * rescale + (empty ? 0.f : f * v[e]);
+          m = m_new;
+        }
       }
       float const inv = wsum > 0.f ? 1.f / wsum : 0.f;
 #pragma unroll
