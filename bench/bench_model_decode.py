@@ -13,20 +13,31 @@ from a CUDA graph) and the weight-read floor, in one run.
 - floor: the weight bytes (and, second, weights + the KV cache read) / the copy bandwidth measured
   in this run. Goal: >= 1.5x faster than the CUDA graph and >= 75% of the weight floor at batch 1.
 
-    python bench/bench_model_decode.py [--arch sm90|sm80]   # writes $OUT/bench_model_decode.json
+- --profile: where one decode step's time goes, at batch 1 (profiler, perfetto installed): per role of
+  layer (qkv, attention, gate_up, ...), summed over the 28 decoder layers, the span (first task
+  begin to last task end), the wait before it (the previous layer's last end to its first begin)
+  and the tasks' mean duration, in a middle iteration of a short launch.
+- --grids qkv=128,gate_up=128,...: override fields of the grid plan (models/grids.py) for both.
+
+    python bench/bench_model_decode.py [--arch sm90|sm80] [--profile] [--grids ...]   # writes $OUT/bench_model_decode.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mpk_runtime.models import PRESETS, Qwen3Config, build_qwen3, expected_weights  # noqa: E402
+from mpk_runtime.models import PRESETS, Qwen3Config, Qwen3Grids, build_qwen3, expected_weights  # noqa: E402
+from mpk_runtime.models import grids as grid_plan  # noqa: E402
+from mpk_runtime.profile.decode import decode  # noqa: E402
 
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
@@ -51,8 +62,8 @@ def weights() -> dict[str, torch.Tensor]:
     return sd
 
 
-def mpk_launch_us(sd: dict, batch: int, new_tokens: int, arch: str) -> float:
-    """The time of one launch that decodes ``new_tokens`` tokens for each of ``batch`` requests."""
+def decode_kernel(sd: dict, batch: int, new_tokens: int, arch: str, overrides: dict, **extra):
+    """A compiled kernel that decodes ``new_tokens`` tokens for each of ``batch`` requests in one launch."""
     seq = CONTEXT + new_tokens
     params = dict(
         test_mode=False,
@@ -67,14 +78,106 @@ def mpk_launch_us(sd: dict, batch: int, new_tokens: int, arch: str) -> float:
             "prompt_lengths": torch.full((batch,), CONTEXT, dtype=torch.int32, device="cuda"),
             "step": torch.full((batch,), CONTEXT - 1, dtype=torch.int32, device="cuda"),  # all but one token is history
         },
+        **extra,
     )
     pk = layer_bench.kernel(**params)
-    build_qwen3(pk, CONFIG, sd)
+    g = dataclasses.replace(grid_plan.plan(CONFIG, pk.params.num_workers, batch, batch), **overrides)
+    build_qwen3(pk, CONFIG, sd, grids=g)
     pk.compile()
+    return pk, g
+
+
+def mpk_launch_us(sd: dict, batch: int, new_tokens: int, arch: str, overrides: dict) -> tuple[float, Qwen3Grids]:
+    """The time of one launch that decodes ``new_tokens`` tokens for each of ``batch`` requests."""
+    pk, g = decode_kernel(sd, batch, new_tokens, arch, overrides)
     us = timing.time_us(pk, reps=3, warmup=1, rounds=3)
     pk.synchronize()
     pk.finalize()
-    return us
+    return us, g
+
+
+def role(layer) -> str:
+    """What a layer is in the model: its output tensor's name without the decoder layer's number."""
+    out = next((a.tensor for a in layer.args if a.name == "output"), None) or next(
+        (a.tensor for a in layer.args if a.direction == "OUT"), layer.name
+    )
+    return out.split(".", 2)[-1] if out.startswith("layers.") else out
+
+
+def profile_step(sd: dict, batch: int, arch: str, overrides: dict) -> dict:
+    """Per role of layer, summed over the model, in one middle iteration: span, wait before, tasks."""
+    prof = torch.zeros(1 << 23, dtype=torch.uint64, device="cuda")
+    trace = str(Path(tempfile.mkdtemp()) / "model")
+    pk, _ = decode_kernel(sd, batch, 4, arch, overrides, profiler_tensor=prof, trace_name=trace)
+    pk()
+    pk.synchronize()
+    p, graph = pk.params, pk.compiled_graph
+    profile = decode(prof, p.num_workers, p.num_local_schedulers)
+    pk.finalize()
+    layer_of = {t.id: t.layer for t in graph.tasks}
+    iterations = sorted({s.iteration for s in profile.tasks})
+    it = iterations[len(iterations) // 2]
+    spans: dict[int, list[int]] = {}
+    busy: dict[int, list[int]] = defaultdict(list)
+    for s in profile.tasks:
+        if s.iteration != it:
+            continue
+        lo_hi = spans.setdefault(layer_of[s.task], [1 << 62, 0])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], s.begin_ns), max(lo_hi[1], s.end_ns)
+        busy[layer_of[s.task]].append(s.duration_ns)
+    layers = {layer.id: layer for layer in graph.layers}
+    by_role: dict[str, dict] = {}
+    prev_end = None
+    for lid in sorted(spans, key=lambda i: spans[i][0]):
+        lo, hi = spans[lid]
+        r = by_role.setdefault(role(layers[lid]), {"layers": 0, "span_us": 0.0, "wait_us": 0.0, "tasks": 0, "task_us": []})
+        r["layers"] += 1
+        r["span_us"] += (hi - lo) / 1e3
+        r["wait_us"] += 0.0 if prev_end is None else (lo - prev_end) / 1e3
+        r["tasks"] += len(busy[lid])
+        r["task_us"] += [d / 1e3 for d in busy[lid]]
+        prev_end = hi
+    first = min(lo for lo, _ in spans.values())
+    last = max(hi for _, hi in spans.values())
+    for r in by_role.values():
+        durations = sorted(r.pop("task_us"))
+        r["task_mean_us"] = sum(durations) / len(durations)
+        r["task_max_us"] = durations[-1]
+    prepare = [s.duration_ns / 1e3 for s in profile.prepare if s.iteration == it]
+    return {
+        "iteration": it,
+        "iteration_us": (last - first) / 1e3,
+        "prepare_us": prepare,
+        "problems": profile.problems(),
+        "roles": by_role,
+    }
+
+
+def print_profile(prof: dict) -> None:
+    print(f"one decode step (iteration {prof['iteration']}): {prof['iteration_us']:.1f} us of tasks")
+    print(f"prepare_next_batch: {prof['prepare_us']} us")
+    if prof["problems"]:
+        print("profile:", prof["problems"])
+    print("| role | layers | span µs (sum) | wait before µs (sum) | tasks per layer | task mean µs | task max µs |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in prof["roles"].items():
+        print(
+            f"| {name} | {r['layers']} | {r['span_us']:.1f} | {r['wait_us']:.1f} | {r['tasks'] / r['layers']:.0f} | "
+            f"{r['task_mean_us']:.2f} | {r['task_max_us']:.2f} |"
+        )
+
+
+def parse_grids(text: str | None) -> dict:
+    if not text:
+        return {}
+    names = {f.name for f in dataclasses.fields(Qwen3Grids)}
+    out = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key not in names or not value.isdigit():
+            raise SystemExit(f"--grids: {item!r} is not <field>=<int> with a field of {sorted(names)}")
+        out[key] = int(value)
+    return out
 
 
 class TorchDecode:
@@ -145,14 +248,22 @@ def torch_us(sd: dict, batch: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm90", choices=["sm80", "sm90"])
-    arch = parser.parse_args().arch
+    parser.add_argument("--profile", action="store_true", help="Also profile one decode step at batch 1")
+    parser.add_argument("--grids", help="Override grid plan fields, e.g. qkv=128,gate_up=128")
+    parser.add_argument("--batches", default="1,8", help="Batch sizes to time (default 1,8)")
+    args = parser.parse_args()
+    arch, overrides = args.arch, parse_grids(args.grids)
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
     sd = weights()
     weight_bytes = sum(t.numel() * t.element_size() for t in sd.values())
     rows = []
-    for batch in (1, 8):
-        launch = mpk_launch_us(sd, batch, NEW_TOKENS, arch)
+    profiled = None
+    if args.profile:
+        profiled = profile_step(sd, 1, arch, overrides)
+        print_profile(profiled)
+    for batch in [int(b) for b in args.batches.split(",") if b]:
+        launch, g = mpk_launch_us(sd, batch, NEW_TOKENS, arch, overrides)
         mpk_us = launch / NEW_TOKENS
         eager_us, graph_us = torch_us(sd, batch)
         kv_bytes = 2 * CONFIG.num_hidden_layers * batch * CONFIG.num_key_value_heads * CONTEXT * CONFIG.head_dim * 2
@@ -160,6 +271,7 @@ def main() -> None:
         rows.append(
             {
                 "batch": batch,
+                "grids": dataclasses.asdict(g),
                 "mpk_us": mpk_us,
                 "mpk_launch_us": launch,
                 "new_tokens": NEW_TOKENS,
@@ -172,7 +284,10 @@ def main() -> None:
             }
         )
         torch.cuda.empty_cache()
-    timing.save("bench_model_decode", {**facts, "arch": arch, "copy_TBps": copy, "weight_bytes": weight_bytes, "rows": rows})
+    timing.save(
+        "bench_model_decode",
+        {**facts, "arch": arch, "copy_TBps": copy, "weight_bytes": weight_bytes, "rows": rows, "profile": profiled},
+    )
     print(
         f"{facts['device']}, {facts['date']}, {arch} build; copy bandwidth {copy:.2f} TB/s; weights {weight_bytes / 1e9:.3f} GB"
     )

@@ -36,10 +36,16 @@ class Qwen3Grids:
 
 def tasks_for(rows: int, target: int, group: int = ROW_GROUP) -> int:
     """The number of tasks for ``rows`` output rows: a divisor of rows // group (slices of whole
-    groups), the smallest one >= ``target``, else the largest there is. Rows not in whole groups: a
+    groups). One wave where it can: the largest divisor <= ``target`` when it keeps at least half of
+    the target busy (a second, partial wave of small tasks costs a whole task's latency: on an H100
+    the 0.6B model's qkv took 6.2 us in 256 tasks and 4.3 us in 128, gate / up 8.6 and 6.6 us);
+    else the smallest one >= ``target``, else the largest there is. Rows not in whole groups: a
     divisor of rows, the same way."""
     units = rows // group if rows % group == 0 else rows
     divisors = [d for d in range(1, units + 1) if units % d == 0]
+    below = [d for d in divisors if d <= target]
+    if below and 2 * below[-1] >= target:
+        return below[-1]
     above = [d for d in divisors if d >= target]
     return above[0] if above else divisors[-1]
 

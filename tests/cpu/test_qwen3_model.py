@@ -108,9 +108,11 @@ def test_generation_errors():
 def test_grids_divide_the_shapes():
     assert tasks_for(151936, 132) == 1187  # 128-row slices of Qwen3's vocabulary
     assert tasks_for(1024, 132) == 128  # the largest there is
+    assert tasks_for(4096, 132) == 128  # one wave of 32 rows, not two of 16
+    assert tasks_for(151936, 132, group=1) == 128  # argmax chunks of 1187
     c = Qwen3Config(**{**PRESETS["qwen3-0.6b"], "tie_word_embeddings": False})
     g = plan(c, 132, 1, 1)
-    assert (g.qkv, g.o_proj, g.gate_up, g.down, g.lm_head, g.attention_splits) == (256, 128, 192, 128, 1187, 16)
+    assert (g.qkv, g.o_proj, g.gate_up, g.down, g.lm_head, g.attention_splits) == (128, 128, 128, 128, 1187, 16)
     assert plan(c, 132, 8, 8).attention_splits == 2
 
 
