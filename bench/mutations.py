@@ -408,10 +408,10 @@ MUTATIONS: list[Mutation] = [
     M(
         "attn-merge-weight-inverted",
         "wrong reduction",
-        "split merge weights exp2(mx - lse) instead of exp2(lse - mx)",
+        "split merge weights exp2(m - lse) instead of exp2(lse - m)",
         "tasks/common/paged_attention.cuh",
-        "float const f = exp2f(lse - mx);",
-        "float const f = exp2f(mx - lse);",
+        "exp2f(lse[u] - m_new);",
+        "exp2f(m_new - lse[u]);",
         ATTENTION,
     ),
     M(
