@@ -5,6 +5,11 @@ norm, RoPE, KV cache append, causal GQA) -> o_proj + residual -> RMSNorm -> MLP 
 final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear -> SiLU-mul
 -> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
 routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual).
+In a dense model an RMSNorm whose only reader is a linear (before qkv, gate / up and the lm head)
+is folded into it (``rmsnorm_linear``): no task, tensor or dependency hop of its own. A MoE model
+keeps every RMSNorm a task: the folded one rounds differently (the row's scale applied after the
+sum), and a router logit that moves by a rounding can pick another expert, so the model would no
+longer follow the reference's routing step for step.
 
 Every layer is one of the registered tasks, so in offline mode one launch of the kernel runs the
 whole greedy decode: prepare_next_batch feeds each iteration's sampled tokens back as the next
@@ -98,17 +103,34 @@ class _Builder:
         pk.embed_layer(input=tokens_in, weight=embed, output=x, grid_dim=(g.embed, 1, 1), block_dim=bd)
         for i in range(c.num_hidden_layers):
             x = self.layer(i, x)
-        xf = self.new("final_norm", n, c.hidden_size)
-        self.rmsnorm(x, self.attach("model.norm.weight"), xf)
         lm_head = embed if c.tie_word_embeddings else self.attach("lm_head.weight")
         logits = self.new("logits", n, c.vocab_size)
-        pk.linear_layer(input=xf, weight=lm_head, output=logits, grid_dim=(g.lm_head, 1, 1), block_dim=bd)
+        self.norm_linear(x, self.attach("model.norm.weight"), lm_head, logits, g.lm_head, "final_norm")
         values = self.new("argmax.values", n, g.argmax_parts, dtype=torch.float32)
         indices = self.new("argmax.indices", n, g.argmax_parts, dtype=torch.int64)
         pk.argmax_partial_layer(input=logits, values=values, indices=indices, grid_dim=(g.argmax_parts, 1, 1), block_dim=bd)
         tokens_out = pk.attach_input(pk.meta_tensors["output_tokens"], "output_tokens")
         pk.argmax_reduce_layer(values=values, indices=indices, output=tokens_out, grid_dim=(1, 1, 1), block_dim=bd)
         return self.out
+
+    def norm_linear(self, x: DTensor, norm_weight: DTensor, weight: DTensor, out: DTensor, tasks: int, name: str) -> None:
+        """out = rmsnorm(x, norm_weight) @ weight.T: one rmsnorm_linear layer in a dense model (the
+        normalized x is never stored); in a MoE model an RMSNorm into the intermediate ``name``, then
+        the linear (see the module's docstring)."""
+        if self.c.is_moe:
+            xn = self.new(name, self.tokens, self.c.hidden_size)
+            self.rmsnorm(x, norm_weight, xn)
+            self.pk.linear_layer(input=xn, weight=weight, output=out, grid_dim=(tasks, 1, 1), block_dim=self.bd)
+            return
+        self.pk.rmsnorm_linear_layer(
+            input=x,
+            weight=weight,
+            norm_weight=norm_weight,
+            output=out,
+            eps=self.c.rms_norm_eps,
+            grid_dim=(tasks, 1, 1),
+            block_dim=self.bd,
+        )
 
     def rmsnorm(self, x: DTensor, weight: DTensor, out: DTensor) -> None:
         self.pk.rmsnorm_layer(
@@ -119,12 +141,10 @@ class _Builder:
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
         p = pk.params
         pre, tag = f"model.layers.{i}.", f"layers.{i}."
-        xn = self.new(tag + "attn_norm", n, c.hidden_size)
-        self.rmsnorm(x, self.attach(pre + "input_layernorm.weight"), xn)
         qkv_rows = torch.cat([self.w[pre + f"self_attn.{w}_proj.weight"] for w in "qkv"])  # rows [q | k | v]
         w_qkv = self.attach(pre + "self_attn.qkv_proj.weight", qkv_rows)
         qkv = self.new(tag + "qkv", n, c.q_size + 2 * c.kv_size)
-        pk.linear_layer(input=xn, weight=w_qkv, output=qkv, grid_dim=(g.qkv, 1, 1), block_dim=bd)
+        self.norm_linear(x, self.attach(pre + "input_layernorm.weight"), w_qkv, qkv, g.qkv, tag + "attn_norm")
         cache_shape = (p.max_num_pages, p.page_size, c.num_key_value_heads, c.head_dim)
         k_cache = torch.zeros(cache_shape, dtype=c.dtype, device=pk.device)
         v_cache = torch.zeros(cache_shape, dtype=c.dtype, device=pk.device)
@@ -147,28 +167,28 @@ class _Builder:
         h = self.new(tag + "attn_out", n, c.hidden_size)
         w_o = self.attach(pre + "self_attn.o_proj.weight")
         pk.linear_with_residual_layer(input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd)
-        hn = self.new(tag + "mlp_norm", n, c.hidden_size)
-        self.rmsnorm(h, self.attach(pre + "post_attention_layernorm.weight"), hn)
+        norm = self.attach(pre + "post_attention_layernorm.weight")
         out = self.new(tag + "hidden", n, c.hidden_size)
-        if c.is_moe:
+        if c.is_moe:  # the router and the experts both read the normalized rows
+            hn = self.new(tag + "mlp_norm", n, c.hidden_size)
+            self.rmsnorm(h, norm, hn)
             self.moe(pre, tag, hn, h, out)
         else:
-            self.mlp(pre, tag, hn, h, out)
+            self.mlp(pre, tag, h, norm, out)
         return out
 
-    def mlp(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
+    def mlp(self, pre: str, tag: str, h: DTensor, norm: DTensor, out: DTensor) -> None:
+        """gate / up of rmsnorm(h) (one layer), SiLU-mul, down + the residual h."""
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
         gate, up = self.attach(pre + "mlp.gate_proj.weight"), self.attach(pre + "mlp.up_proj.weight")
         groups = g.gate_up // 2
         w_gate_up = pk.shuffle_tensors([gate, up], shuffled_dim=0, num_groups=groups, name=pre + "mlp.gate_up_proj.weight")
         mid = self.new(tag + "gate_up", n, 2 * c.intermediate_size)
-        pk.linear_layer(input=hn, weight=w_gate_up, output=mid, grid_dim=(g.gate_up, 1, 1), block_dim=bd)
+        self.norm_linear(h, norm, w_gate_up, mid, g.gate_up, tag + "mlp_norm")
         act = self.new(tag + "act", n, c.intermediate_size)
         pk.silu_mul_layer(input=mid, output=act, grid_dim=(groups, 1, 1), block_dim=bd)
         w_down = self.attach(pre + "mlp.down_proj.weight")
-        pk.linear_with_residual_layer(
-            input=act, weight=w_down, residual=residual, output=out, grid_dim=(g.down, 1, 1), block_dim=bd
-        )
+        pk.linear_with_residual_layer(input=act, weight=w_down, residual=h, output=out, grid_dim=(g.down, 1, 1), block_dim=bd)
 
     def moe(self, pre: str, tag: str, hn: DTensor, residual: DTensor, out: DTensor) -> None:
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens

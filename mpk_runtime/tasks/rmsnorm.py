@@ -10,6 +10,12 @@ from ..errors import ConfigError, DTypeError, ShapeError
 from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 
 
+def check_eps(task: str, eps: Any) -> None:
+    """An RMSNorm's eps (rmsnorm, rmsnorm_linear): a positive finite number."""
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < math.inf:
+        raise ConfigError(f"{task}: eps={eps!r} must be a positive number, e.g. 1e-6")
+
+
 @register_task
 class RMSNorm(TaskSpec):
     name = "rmsnorm"
@@ -37,9 +43,7 @@ class RMSNorm(TaskSpec):
                 raise DTypeError(f"rmsnorm: {name} ({t!r}) must be bfloat16, float16 or float32")
             if t.dtype is not x.dtype:
                 raise DTypeError(f"rmsnorm: {name} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
-        eps = values["eps"]
-        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < math.inf:
-            raise ConfigError(f"rmsnorm: eps={eps!r} must be a positive number, e.g. 1e-6")
+        check_eps(self.name, values["eps"])
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         rows, hidden = s["input"].shape

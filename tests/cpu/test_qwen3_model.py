@@ -132,7 +132,11 @@ def test_the_whole_model_compiles(cc, moe):
     pk.compile()
     tasks = pk.compiled_graph.tasks
     layers = {pk.compiled_graph.layers[t.layer].task for t in tasks}
-    assert {"embed", "rmsnorm", "linear", "paged_attention", "linear_with_residual", "argmax_reduce"} <= layers
+    common = {"embed", "paged_attention", "linear_with_residual", "argmax_reduce"}
+    if moe:  # every RMSNorm a task of its own (qwen3.py's docstring says why)
+        assert common | {"rmsnorm", "linear"} <= layers and "rmsnorm_linear" not in layers
+    else:  # RMSNorms folded into qkv, gate / up and the lm head
+        assert common | {"rmsnorm_linear"} <= layers and not {"rmsnorm", "linear"} & layers
     assert len(graph.k_caches) == 2 and "logits" in graph.intermediates
 
 

@@ -9,11 +9,18 @@
 //   shared memory once per chunk of RC*8 rows, where the residual is added and y is written.
 // - Shapes the fast path does not cover (fp32, K not a multiple of 32 per warp, ...) take a plain
 //   CUDA-core path: correct everywhere, fast nowhere.
+//
+// rmsnorm_linear is the same body with the input's RMSNorm folded in: y = rmsnorm(x) @ W.T, where
+// rmsnorm(x)[b, k] = x[b, k] * s[b] * nw[k] and s[b] = rsqrt(mean_k(x[b, k]^2) + eps). The row's s
+// factors out of the sum, y[b, n] = s[b] * sum_k (x[b, k] nw[k]) W[n, k]: the mma gets x * nw
+// (rounded to T), the same x loads give the sum of squares, and the epilogue scales by s. In a
+// decoder that saves the RMSNorm task and its dependency hop; the normalized row is never stored.
 #pragma once
 #include <stdint.h>
 
 #include <type_traits>
 
+#include "primitives/block.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
 #include "primitives/vec.cuh"
@@ -33,6 +40,24 @@ __host__ __device__ constexpr int largest_divisor_up_to(int n, int limit) {
   return 1;
 }
 
+// 8 values of x times 8 of nw, rounded to T (the mma's operand); adds the x^2 to ss.
+template <typename T>
+__device__ __forceinline__ uint4 times_norm_weight(uint4 xv, uint4 nv, float &ss) {
+  union Pack {
+    uint4 u;
+    T v[8];
+  };
+  Pack a, b, o;
+  a.u = xv, b.u = nv;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float const xf = to_float(a.v[e]);
+    ss += xf * xf;
+    o.v[e] = from_float<T>(xf * to_float(b.v[e]));
+  }
+  return o.u;
+}
+
 }  // namespace linear_detail
 
 // Dynamic shared memory of a variant (same template arguments as linear): one fp32 partial per
@@ -42,12 +67,23 @@ constexpr unsigned linear_smem_bytes() {
   return kWorkerWarps * BATCH * linear_detail::largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
 }
 
+// rmsnorm_linear's: linear's, then each warp's sum of squares per batch row, then the rows' scales.
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
-__device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) {
+constexpr unsigned rmsnorm_linear_smem_bytes() {
+  return linear_smem_bytes<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL>() + (kWorkerWarps + 1) * BATCH * 4;
+}
+
+namespace linear_detail {
+
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool NORM>
+__device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const &rt) {
   static_assert(BATCH >= 1 && K >= 1 && N_SLICE >= 1, "linear needs a non-empty problem");
+  static_assert(!(NORM && RESIDUAL), "rmsnorm_linear has no residual");
   T const *x = task.input<T const>(0);
   T const *w = task.input<T const>(1);
   T const *r = RESIDUAL ? task.input<T const>(2) : nullptr;
+  T const *nw = NORM ? task.input<T const>(2) : nullptr;
+  float const eps = NORM ? task.scalar_f(0) : 0.f;
   T *y = task.output<T>(0);
   int const rows = rt.active_rows(BATCH);
 
@@ -64,10 +100,12 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
     int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     int const g = lane / 4, t = lane % 4;
     float *partial = reinterpret_cast<float *>(dynamic_smem);  // [warp][batch][RC * 8]
+    float *squares = partial + kWorkerWarps * BATCH * RC * 8;  // NORM: [warp][batch]
     int const k_begin = warp * KW;
 
     for (int chunk = 0; chunk < GROUPS / RC; ++chunk) {
       float acc[RC][MT][4] = {};
+      float ss_lo[MT] = {}, ss_hi[MT] = {};  // NORM, chunk 0: this lane's x^2 of rows m*16+g (+8)
       T const *wrow = w + static_cast<size_t>(chunk * RC * 8 + g) * K + k_begin + 8 * t;
 #pragma unroll 1
       for (int kb = 0; kb < NKB; kb += U) {
@@ -84,6 +122,17 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
             xlo[u][m] = b_lo < rows ? ld_16(x + static_cast<size_t>(b_lo) * K + k) : uint4{};
             xhi[u][m] = b_hi < rows ? ld_16(x + static_cast<size_t>(b_hi) * K + k) : uint4{};
           }
+          if constexpr (NORM) {
+            uint4 const nv = ld_16(nw + k);
+            float lo = 0.f, hi = 0.f;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              xlo[u][m] = times_norm_weight<T>(xlo[u][m], nv, lo);
+              xhi[u][m] = times_norm_weight<T>(xhi[u][m], nv, hi);
+              if (chunk == 0) ss_lo[m] += lo, ss_hi[m] += hi;
+              lo = hi = 0.f;
+            }
+          }
         }
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -95,6 +144,21 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
               mma_m16n8k16<T>(acc[rc][m], xlo[u][m].x, xhi[u][m].x, xlo[u][m].y, xhi[u][m].y, wv[u][rc].x, wv[u][rc].y);
               mma_m16n8k16<T>(acc[rc][m], xlo[u][m].z, xhi[u][m].z, xlo[u][m].w, xhi[u][m].w, wv[u][rc].z, wv[u][rc].w);
             }
+      }
+      if constexpr (NORM) {
+        if (chunk == 0) {  // the warp's x^2 per row: lanes t = 0..3 hold a row's k in turn
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+#pragma unroll
+            for (int o = 1; o < 4; o <<= 1) {
+              ss_lo[m] += __shfl_xor_sync(0xffffffffu, ss_lo[m], o);
+              ss_hi[m] += __shfl_xor_sync(0xffffffffu, ss_hi[m], o);
+            }
+            int const b_lo = m * 16 + g, b_hi = b_lo + 8;
+            if (t == 0 && b_lo < BATCH) squares[warp * BATCH + b_lo] = ss_lo[m];
+            if (t == 0 && b_hi < BATCH) squares[warp * BATCH + b_hi] = ss_hi[m];
+          }
+        }
       }
       // acc[rc][m]: c0, c1 = (batch m*16+g, rows rc*8+2t, +1); c2, c3 = (batch m*16+g+8, same rows)
 #pragma unroll
@@ -116,6 +180,12 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
         float s = 0.f;
 #pragma unroll
         for (int wp = 0; wp < kWorkerWarps; ++wp) s += partial[(wp * BATCH + b) * (RC * 8) + n];
+        if constexpr (NORM) {
+          float sq = 0.f;
+#pragma unroll
+          for (int wp = 0; wp < kWorkerWarps; ++wp) sq += squares[wp * BATCH + b];
+          s *= rsqrtf(sq / K + eps);
+        }
         int const col = chunk * RC * 8 + n;
         if constexpr (RESIDUAL) s += to_float(r[static_cast<size_t>(b) * OUT_STRIDE + col]);
         y[static_cast<size_t>(b) * OUT_STRIDE + col] = from_float<T>(s);
@@ -123,15 +193,30 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
       __syncthreads();  // partial is free for the next chunk
     }
   } else {
-    // Plain path: a warp per output row at a time, lanes across k.
+    // Plain path: a warp per output row at a time, lanes across k (NORM: the rows' scales first).
     int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    float *scale = reinterpret_cast<float *>(dynamic_smem);  // NORM: [batch]
+    if constexpr (NORM) {
+      for (int b = 0; b < rows; ++b) {
+        float ss = 0.f;
+        for (int k = threadIdx.x; k < K; k += kWorkerThreads) {
+          float const v = to_float(x[static_cast<size_t>(b) * K + k]);
+          ss += v * v;
+        }
+        ss = block_reduce(ss, SumOp());
+        if (threadIdx.x == 0) scale[b] = rsqrtf(ss / K + eps);
+      }
+      __syncthreads();
+    }
     for (int n = warp; n < N_SLICE; n += kWorkerWarps) {
       T const *wr = w + static_cast<size_t>(n) * K;
       for (int b = 0; b < rows; ++b) {
         T const *xr = x + static_cast<size_t>(b) * K;
         float s = 0.f;
-        for (int k = lane; k < K; k += kWarpSize) s += to_float(xr[k]) * to_float(wr[k]);
+        for (int k = lane; k < K; k += kWarpSize)
+          s += to_float(xr[k]) * (NORM ? to_float(nw[k]) : 1.f) * to_float(wr[k]);
         s = warp_reduce(s, SumOp());
+        if constexpr (NORM) s *= scale[b];
         if (lane == 0) {
           if constexpr (RESIDUAL) s += to_float(r[static_cast<size_t>(b) * OUT_STRIDE + n]);
           y[static_cast<size_t>(b) * OUT_STRIDE + n] = from_float<T>(s);
@@ -139,6 +224,18 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
       }
     }
   }
+}
+
+}  // namespace linear_detail
+
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
+__device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) {
+  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, false>(task, rt);
+}
+
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
+__device__ __forceinline__ void rmsnorm_linear(TaskDesc const &task, Runtime const &rt) {
+  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, true>(task, rt);
 }
 
 }  // namespace tasks
