@@ -84,6 +84,12 @@ struct Arena {
 
   char *stack(int i) const { return base + records + static_cast<size_t>(i) * (page + kStackBytes) + page; }
 
+  void release() {
+    if (base) munmap(base, bytes);
+    base = nullptr;
+    threads = 0;
+  }
+
   bool reserve(int n) {
     if (threads >= n) return true;
     if (base) munmap(base, bytes);
@@ -721,6 +727,8 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   if (!races.empty()) report += (report.empty() ? "" : "\n") + races;
   return report.empty() ? kRunOk : kRunDetected;
 }
+
+void release_stacks() { arena.release(); }
 
 double measure_switch_ns(int n) {
   struct Ping {

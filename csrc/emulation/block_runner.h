@@ -65,6 +65,13 @@ enum RunStatus : int { kRunOk = 0, kRunDetected = 2, kRunInvalid = 3 };
 // of the process.
 int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std::string &report);
 
+// Unmaps the calling OS thread's fiber stacks (the next run_block maps them again). Every module has
+// its own copy of this runtime, and so its own stacks: 2 n + 1 mappings for n fibers (a guard page
+// below each stack), which a process keeps while the module stays loaded. A test process that ran
+// 128 modules of 256 threads would pass vm.max_map_count (65530) and fail to load the next module,
+// so the host runner releases them after each launch.
+void release_stacks();
+
 // The cost of one fiber switch (there and back, halved) in ns, measured over n round trips.
 double measure_switch_ns(int n);
 

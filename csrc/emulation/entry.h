@@ -100,6 +100,7 @@ MPK_EMU_EXPORT unsigned mpk_dynamic_smem_bytes(void) { return mpk::kDynamicSmemB
 MPK_EMU_EXPORT char const *mpk_task_type_name(int opcode) { return mpk::task_type_name(opcode); }
 MPK_EMU_EXPORT int mpk_emu_race_check_built(void) { return mpk::emu::kRaceCheckBuilt; }
 MPK_EMU_EXPORT double mpk_emu_switch_ns(int n) { return mpk::emu::measure_switch_ns(n); }
+MPK_EMU_EXPORT void mpk_emu_release_stacks(void) { mpk::emu::release_stacks(); }
 MPK_EMU_EXPORT void *mpk_emu_guarded_alloc(size_t bytes) { return mpk::emu::guarded_alloc(bytes); }
 MPK_EMU_EXPORT void mpk_emu_guarded_free(void *p, size_t bytes) { mpk::emu::guarded_free(p, bytes); }
 

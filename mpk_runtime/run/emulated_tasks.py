@@ -150,6 +150,7 @@ class HostTasks:
 
     def end(self) -> None:
         self.memory.copy_out()
+        self.module.release_stacks()  # after each launch: see HostModule.release_stacks
 
     def free(self) -> None:
         self.memory.free()

@@ -165,6 +165,7 @@ class HostModule:
         lib.mpk_emu_guarded_alloc.argtypes = [C.c_size_t]
         lib.mpk_emu_guarded_free.argtypes = [C.c_void_p, C.c_size_t]
         lib.mpk_emu_switch_ns.restype = C.c_double
+        lib.mpk_emu_release_stacks.restype = None
         lib.mpk_dynamic_smem_bytes.restype = C.c_uint
         buf = C.create_string_buffer(1024)
         lib.mpk_emu_layout(buf, len(buf))
@@ -247,6 +248,12 @@ class HostModule:
 
     def guarded_free(self, address: int, nbytes: int) -> None:
         self._lib.mpk_emu_guarded_free(address, max(1, nbytes))
+
+    def release_stacks(self) -> None:
+        """Unmap this thread's fiber stacks of this module (the next task maps them again): a
+        module's stacks are 2 n + 1 memory mappings, and a process that kept those of every module it
+        ran would reach vm.max_map_count (csrc/emulation/block_runner.h)."""
+        self._lib.mpk_emu_release_stacks()
 
     def switch_ns(self, n: int = 100_000) -> float:
         """One fiber switch, in ns (the mean over n round trips)."""

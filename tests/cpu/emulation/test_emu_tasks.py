@@ -103,3 +103,22 @@ def test_silu_mul_two_tasks(tasks):
         run = tasks.run_task(2, desc, meta, batch)
         assert run.ok, run.report
     torch.testing.assert_close(y, reference("silu_mul")(x, num_groups=2))
+
+
+def test_a_launch_leaves_no_fiber_stacks_mapped(tasks):
+    """A block's 256 fiber stacks are 2 n + 1 memory mappings per module; release_stacks (which the
+    emulator calls after each launch) unmaps them, so that a process running many modules stays far
+    from vm.max_map_count (65530: a default suite once failed to load its 128th module)."""
+
+    def mappings() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 1024, dtype=torch.bfloat16), torch.randn(1024, dtype=torch.bfloat16)
+    tasks.release_stacks()
+    before = mappings()
+    assert run_rmsnorm(tasks, 0, x, w, torch.empty_like(x)).ok
+    assert mappings() >= before + 2 * 256  # a guard page and a stack per thread
+    tasks.release_stacks()
+    assert mappings() <= before
