@@ -22,7 +22,6 @@ names (``rmsnorm_bf16_16_4096-sm90-<hash>``, holding ``module.so``; a device-onl
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -37,7 +36,7 @@ from pathlib import Path
 from .. import resources
 from ..contract import ABI_VERSION
 from ..errors import BuildError
-from . import cache_fs, verified
+from . import cache_fs
 from .cache_fs import CUBIN, MODULE, RECORD, SOURCE, entry_problem, fs_error, fs_errors
 from .lock import build_lock, lock_timeout
 from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
@@ -100,49 +99,22 @@ def entry_is_valid(entry: Path, key: str | None = None, filename: str = MODULE) 
         return False
 
 
-def build_module(
-    source: str,
-    arch: str,
-    name: str,
-    python_extension: bool = False,
-    device_only: bool = False,
-    skip_compiled_variants: bool = False,
-) -> BuildResult:
+def build_module(source: str, arch: str, name: str, python_extension: bool = False, device_only: bool = False) -> BuildResult:
     """The module for ``source`` on ``arch``: from the cache, or built once and published there.
-    ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU.
-    ``skip_compiled_variants`` (a device-only build of a source codegen wrote): when every variant
-    of it was compiled for ``arch`` before (verified.py), no nvcc runs; the entry records that
-    instead, and the result says so in its note."""
+    ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU."""
     key = cache_key(source, arch, python_extension, device_only)
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
-    root = cache_root()
-    entry = root / "modules" / f"{name}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
+    entry = cache_root() / "modules" / f"{name}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
     filename = CUBIN if device_only else MODULE
-    flags = flags_for(arch, python_extension, device_only)
-    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
-    variants = verified.variant_keys(source, arch) if device_only else None
-    skip = variants is not None and skip_compiled_variants
-    if skip and variants is not None and entry_problem(entry, key, CUBIN) is not None:
-        if entry_problem(entry, key, verified.VERIFIED) is None or verified.all_compiled(root, arch, variants):
-
-            def record_only(tmp: Path) -> None:
-                with fs_errors("write the build's files in", tmp):
-                    (tmp / SOURCE).write_text(source)
-                    (tmp / verified.VERIFIED).write_text(json.dumps({"variants compiled before": variants}, indent=1))
-
-            result = publish(entry, key, verified.VERIFIED, record, record_only)
-            skipped = f"nvcc not run: every variant was compiled for {arch} by an earlier device-only build"
-            return dataclasses.replace(result, note="; ".join(n for n in (result.note, skipped) if n))
 
     def make(tmp: Path) -> None:
         with fs_errors("write the build's files in", tmp):
             (tmp / SOURCE).write_text(source)
         compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
 
-    result = publish(entry, key, filename, record, make)
-    if variants is not None:
-        verified.remember(root, arch, variants)
-    return result
+    flags = flags_for(arch, python_extension, device_only)
+    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
+    return publish(entry, key, filename, record, make)
 
 
 def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> BuildResult:

@@ -60,7 +60,7 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     else:
         source, graph, signature = lower(k.graph, p, k.arch)
     on_gpu = k.backend == "gpu"
-    build_result = build(source, k.arch, on_gpu, generated=k.replayed is None)
+    build_result = build(source, k.arch, on_gpu)
     module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     written: dict[str, Path] = {}
     if output_dir is not None:
@@ -78,10 +78,7 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     return Compiled(graph, build_result, runner, host_build, written)
 
 
-def build(source: str, arch: str, on_gpu: bool, generated: bool = True) -> BuildResult:
+def build(source: str, arch: str, on_gpu: bool) -> BuildResult:
     """The nvcc build of ``source`` for a kernel that runs on the GPU (``on_gpu``: the shared library
-    its runner loads) or does not (the cubin): from the cache, or built once. ``generated``: the
-    source is codegen's own, not a replayed file someone may have edited, so a cubin whose every
-    variant was compiled before can be skipped (build/verified.py)."""
-    name = dispatcher.module_name_of(source)
-    return build_module(source, arch, name, device_only=not on_gpu, skip_compiled_variants=generated)
+    its runner loads) or does not (the cubin): from the cache, or built once."""
+    return build_module(source, arch, dispatcher.module_name_of(source), device_only=not on_gpu)

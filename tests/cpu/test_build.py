@@ -234,32 +234,3 @@ def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     builder = next(pid for cached, _, pid in got if not cached)
     assert json.loads((entry / build.RECORD).read_text())["built_by_pid"] == builder
     assert entry.parent == mpk_cache_dir / "modules"
-
-
-def _rmsnorm_source(*rows: int, jitter: bool = False) -> str:
-    from mpk_runtime.graph.variants import Variant
-    from mpk_runtime.tasks import registry
-
-    spec = registry.get("rmsnorm")
-    return codegen.generate([Variant(i, spec, ["__nv_bfloat16", r, 64]) for i, r in enumerate(rows)], "sm90", jitter)
-
-
-def test_a_cubin_of_variants_compiled_before_is_not_built_again(tmp_path, monkeypatch):
-    """A device-only build checks that every variant compiles for its arch: a module whose every
-    variant an earlier one compiled is recorded (verified.json), not built; a new variant, the
-    jitter define, or a source that is not codegen's own (a replay) builds."""
-    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
-
-    def cubin(source: str, skip: bool = True) -> build.BuildResult:
-        return build.build_module(source, "sm90", "r", device_only=True, skip_compiled_variants=skip)
-
-    first = cubin(_rmsnorm_source(1, 2))
-    assert first.path.name == "module.cubin" and not first.cached and first.note is None
-    again = cubin(_rmsnorm_source(2))  # a module of one of those variants
-    assert again.path.name == "verified.json" and not (again.entry / "module.cubin").exists()
-    assert "nvcc not run: every variant was compiled for sm90" in again.note
-    assert cubin(_rmsnorm_source(2)).cached  # the record is found like any entry
-    assert cubin(_rmsnorm_source(2, 3)).path.name == "module.cubin"  # one new variant: built
-    assert cubin(_rmsnorm_source(3, jitter=True)).path.name == "module.cubin"  # another define: built
-    replayed = cubin(_rmsnorm_source(1), skip=False)
-    assert replayed.path.name == "module.cubin" and cubin_sm(replayed.path) == 90
