@@ -162,7 +162,7 @@ def shim_pch(flags: Sequence[str], dirs: Sequence[Path]) -> Path | None:
     correctness. Once per cache and set of flags (arch, race checking, include dirs). None for a
     compiler other than GCC (whose precompiled headers work differently)."""
     compiler = cxx_version(cxx())
-    if "clang" in compiler.lower() or not ("g++" in compiler or "GCC" in compiler):
+    if "g++" not in compiler and "GCC" not in compiler:
         return None
     headers = included(f'#include "{SHIM}"\n', dirs)
     key = _key([compiler, cuda_version(), _portable(flags), PCH], headers)

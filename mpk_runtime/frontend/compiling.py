@@ -4,8 +4,9 @@ when asked, given its communication memory, and handed to the runner of its back
 kernel's graph and settings; leaves: a ``Compiled`` (the runner, the builds, the files written).
 
 Only the GPU backend loads the nvcc build, so only it gets the full one (a shared library with the
-host side); the emulated and compile-only backends get the device code alone (a cubin), which
-checks that the task bodies compile for the arch at about half the cost (build/nvcc.py)."""
+host side); the emulated and compile-only backends get the device code alone (an unoptimized
+cubin), which checks that the task bodies compile for the arch at a fraction of the cost
+(build/nvcc.py)."""
 
 from __future__ import annotations
 

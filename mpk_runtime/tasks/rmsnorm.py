@@ -10,6 +10,12 @@ from ..errors import ConfigError, DTypeError, ShapeError
 from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 
 
+def check_norm_weight(task: str, arg: str, w: Any, x: Any) -> None:
+    """An RMSNorm's weight (rmsnorm, rmsnorm_linear): one value per column of the input."""
+    if w.shape != (x.shape[1],):
+        raise ShapeError(f"{task}: {arg} must have shape ({x.shape[1]},) to match input {x.shape}, got {w.shape}")
+
+
 def check_eps(task: str, eps: Any) -> None:
     """An RMSNorm's eps (rmsnorm, rmsnorm_linear): a positive finite number."""
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < math.inf:
@@ -34,8 +40,7 @@ class RMSNorm(TaskSpec):
         x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
         if x.num_dims != 2:
             raise ShapeError(f"rmsnorm: input must be (batch, hidden), got shape {x.shape}")
-        if w.shape != (x.shape[1],):
-            raise ShapeError(f"rmsnorm: weight must have shape ({x.shape[1]},) to match input {x.shape}, got {w.shape}")
+        check_norm_weight(self.name, "weight", w, x)
         if y.shape != x.shape:
             raise ShapeError(f"rmsnorm: output must have input's shape {x.shape}, got {y.shape}")
         for name, t in (("input", x), ("weight", w), ("output", y)):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from .linear import Linear, check_linear
 from .registry import Arg, SliceInfo, register_task, split, whole
-from .rmsnorm import check_eps
+from .rmsnorm import check_eps, check_norm_weight
 
 
 @register_task
@@ -32,8 +32,7 @@ class RMSNormLinear(Linear):
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         check_linear(self.name, args, residual=False)
         x, nw = args["input"].tensor, args["norm_weight"].tensor
-        if nw.shape != (x.shape[1],):
-            raise ShapeError(f"{self.name}: norm_weight must have shape ({x.shape[1]},) to match input {x.shape}, got {nw.shape}")
+        check_norm_weight(self.name, "norm_weight", nw, x)
         if nw.dtype is not x.dtype:
             raise DTypeError(f"{self.name}: norm_weight is {nw.dtype.short} but input is {x.dtype.short}; use one dtype")
         check_eps(self.name, values["eps"])

@@ -105,7 +105,7 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
 
     for (int chunk = 0; chunk < GROUPS / RC; ++chunk) {
       float acc[RC][MT][4] = {};
-      float ss_lo[MT] = {}, ss_hi[MT] = {};  // NORM, chunk 0: this lane's x^2 of rows m*16+g (+8)
+      float ss_lo[MT] = {}, ss_hi[MT] = {};  // NORM: this lane's x^2 of rows m*16+g (+8); chunk 0's are kept
       T const *wrow = w + static_cast<size_t>(chunk * RC * 8 + g) * K + k_begin + 8 * t;
 #pragma unroll 1
       for (int kb = 0; kb < NKB; kb += U) {
@@ -124,13 +124,10 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
           }
           if constexpr (NORM) {
             uint4 const nv = ld_16(nw + k);
-            float lo = 0.f, hi = 0.f;
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              xlo[u][m] = times_norm_weight<T>(xlo[u][m], nv, lo);
-              xhi[u][m] = times_norm_weight<T>(xhi[u][m], nv, hi);
-              if (chunk == 0) ss_lo[m] += lo, ss_hi[m] += hi;
-              lo = hi = 0.f;
+              xlo[u][m] = times_norm_weight<T>(xlo[u][m], nv, ss_lo[m]);
+              xhi[u][m] = times_norm_weight<T>(xhi[u][m], nv, ss_hi[m]);
             }
           }
         }
