@@ -5,7 +5,7 @@ suite <= 4 min cold and <= 90 s warm, the main command <= 3 min cold and <= 60 s
 
 Besides the wall time it prints the CPU time of the run and its children (nvcc included), the load
 average before and after, and how many cache entries the run built (nvcc modules, host-emulation
-modules): on a shared machine the wall time alone says little, and the builds are most of a cold
+modules) with the seconds their compiles took: on a shared machine the wall time alone says little, and the builds are most of a cold
 run's work.
 
     python bench/bench_cpu_suite.py                 # both suites, cold then warm
@@ -38,16 +38,19 @@ def children_cpu() -> float:
 
 
 def builds_since(cache: Path, start: float) -> dict:
-    """The cache entries published since ``start`` (wall clock): nvcc modules and host builds."""
-    counts = {"nvcc": 0, "host": 0}
+    """The cache entries published since ``start`` (wall clock), nvcc modules and host builds, and
+    the seconds their compiles took (``build_seconds``, summed)."""
+    counts: dict[str, float] = {"nvcc": 0, "host": 0, "nvcc_s": 0.0, "host_s": 0.0}
     for record in (cache / "modules").glob("*/build.json"):
         try:
             data = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("built_at", 0) >= start:
-            counts["host" if "compiler" in data else "nvcc"] += 1
-    return counts
+            kind = "host" if "compiler" in data else "nvcc"
+            counts[kind] += 1
+            counts[f"{kind}_s"] += data.get("build_seconds", 0.0)
+    return {k: round(v, 1) for k, v in counts.items()}
 
 
 def run(suite: str, cache: Path) -> dict:

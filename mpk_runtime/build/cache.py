@@ -151,8 +151,16 @@ def _build_and_publish(entry: Path, key: str, filename: str, record: dict, make:
     modules = entry.parent
     tmp = cache_fs.temp_dir(modules, entry.name)
     try:
+        start = time.perf_counter()
         make(tmp)
-        full = {**record, "module_sha256": cache_fs.sha256(tmp / filename), "built_by_pid": os.getpid(), "built_at": time.time()}
+        # build_seconds: what a cold run spends on this entry, for finding the costly builds
+        full = {
+            **record,
+            "module_sha256": cache_fs.sha256(tmp / filename),
+            "built_by_pid": os.getpid(),
+            "built_at": time.time(),
+            "build_seconds": round(time.perf_counter() - start, 3),
+        }
         with fs_errors("write the build's files in", tmp):
             (tmp / RECORD).write_text(json.dumps(full, indent=1))
         cache_fs.share(tmp)

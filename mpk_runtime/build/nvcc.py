@@ -4,9 +4,12 @@ includes, and one compile.
 Two kinds of build: the full one, a shared library holding the kernel and its host side
 (csrc/runtime/host.cuh) that the GPU runner loads; and a device-only one (``-cubin``: cicc and ptxas
 only) for kernels that never run on a GPU (emulated, compile-only), which still checks that every
-task body compiles and assembles for the target arch. A cubin that never runs needs no optimized
-code: it is built with ``-G`` (device optimizations off), which took 26.1 s where the optimized
-cubins took 40.2 s for 14 modules of the default suite (the 0.6B model's attention: 2.0 s, 7.0 s)."""
+task body compiles and assembles for the target arch. A cubin that never runs needs no fast code:
+it is built with light NVVM optimization and none in ptxas (``-Xcicc -O1 -Xptxas -O0``). Over the
+175 cubins of a cold default suite (each build timed, two at a time on the 2-core machine) that
+took 245 s where ``-G`` took 339 s: ``-G``'s unoptimized PTX is several times larger, and ptxas
+spent most of a build on it (11.0 of 12.7 s for the largest, the tiny model: 5.2 s now). The
+optimized build takes longer still. The cubins are a quarter of the size on disk."""
 
 from __future__ import annotations
 
@@ -55,9 +58,10 @@ def flags_for(arch: str, python_extension: bool = False, device_only: bool = Fal
     target = archs.ARCHS[arch]
     # A shared library's flags keep their order, and so existing entries their cache keys. Its line
     # table is for compute-sanitizer and the profiler; a cubin never runs, so it goes without, and
-    # without device optimizations (-G; its debug information costs less than the optimizer saves).
+    # without fast code (see the module docstring for what each choice costs).
     if device_only:
-        return ["-std=c++17", "-O3", "-cubin", "-G", f"-I{resources.CSRC}", *target.cubin_flags, *extra]
+        light = ["-Xcicc", "-O1", "-Xptxas", "-O0"]
+        return ["-std=c++17", "-O3", "-cubin", *light, f"-I{resources.CSRC}", *target.cubin_flags, *extra]
     return ["-std=c++17", "-O3", *SHARED_FLAGS, "-lineinfo", f"-I{resources.CSRC}", *target.nvcc_flags, *extra]
 
 

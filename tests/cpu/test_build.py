@@ -173,6 +173,8 @@ def test_damaged_entry_is_detected_and_rebuilt(noop_source, noop_cubin, monkeypa
     rebuilt = build.build_module(noop_source, "sm80", "noop", device_only=True)
     assert not rebuilt.cached and rebuilt.entry == entry
     assert build.entry_is_valid(entry, filename=build.CUBIN)
+    seconds = json.loads((entry / build.RECORD).read_text())["build_seconds"]  # the compile alone
+    assert 0 < seconds <= rebuilt.seconds
     assert cubin_sm(rebuilt.path) == 80
     assert [p.name for p in (tmp_path / "modules").iterdir() if p.name.startswith(".tmp")] == []
 
