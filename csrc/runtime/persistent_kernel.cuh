@@ -16,7 +16,9 @@
 namespace mpk {
 
 // The CTA's role is the only thing blockIdx decides; tasks never see it. Two instantiations: the
-// host launches persistent_kernel<true> only when a profiler tensor was given.
+// host launches persistent_kernel<true> only when a profiler tensor was given. A device-only build
+// (MPK_DEVICE_ONLY: a cubin that is never launched, build/nvcc.py) compiles the profiling one
+// alone, whose code is the other's plus the profiler's records: every task body once, not twice.
 template <bool kProfile>
 __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __grid_constant__ MpkKernelParams p) {
   if (blockIdx.x < p.num_workers) {
@@ -27,8 +29,14 @@ __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __g
   if (s < p.num_schedulers) scheduler_main(p, s);
 }
 
+#ifdef MPK_DEVICE_ONLY
+template __global__ void persistent_kernel<true>(const __grid_constant__ MpkKernelParams p);
+#endif
+
 }  // namespace mpk
 
+#ifndef MPK_DEVICE_ONLY  // host code only: nothing of it is in a cubin
 #include "runtime/host.cuh"
 #include "runtime/peer_memory.cuh"
+#endif
 #endif
