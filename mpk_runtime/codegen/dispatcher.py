@@ -57,6 +57,18 @@ def generate(variants: list[Variant], arch: str, warp_jitter: bool = False) -> s
         "  }",
         "}",
         "",
+        "__device__ __forceinline__ void prefetch_task(uint32_t variant, TaskDesc const &task, Runtime const &rt) {",
+        "  switch (variant) {",
+    ]
+    for v in variants:
+        if v.prefetch:
+            out += [f"    case {v.id}:", f"      {v.prefetch}", "      break;"]
+    out += [
+        "    default:",
+        "      break;",
+        "  }",
+        "}",
+        "",
         "}  // namespace mpk",
         "",
         '#include "runtime/persistent_kernel.cuh"',
