@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -236,3 +237,14 @@ def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     builder = next(pid for cached, _, pid in got if not cached)
     assert json.loads((entry / build.RECORD).read_text())["built_by_pid"] == builder
     assert entry.parent == mpk_cache_dir / "modules"
+
+
+def test_a_device_only_build_refuses_more_shared_memory_than_the_arch_has(noop_source, monkeypatch, tmp_path):
+    """An sm80 block has 163 KB of dynamic shared memory at most, an sm90 one 227 KB: a kernel
+    past that would only fail at launch, so a compile-only or emulated build says so."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    greedy = re.sub(r"kDynamicSmemBytes = [^;]*;", f"kDynamicSmemBytes = {200 << 10}u;", noop_source)
+    assert greedy != noop_source
+    with pytest.raises(BuildError, match=r"more dynamic shared memory than a block of this arch can have"):
+        build.build_module(greedy, "sm80", "greedy", device_only=True)
+    assert cubin_sm(build.build_module(greedy, "sm90", "greedy", device_only=True).path) == 90
