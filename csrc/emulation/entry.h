@@ -1,9 +1,9 @@
 // The C ABI of a host-emulation module: what runtime/persistent_kernel.cuh includes in place of the
 // kernel when a generated dispatcher is built for the host (-DMPK_HOST_EMULATION,
-// mpk_runtime/build/host.py). It runs one task, mpk::prefetch_task then mpk::execute_task(variant,
-// desc, rt), as one block of kWorkerThreads fibers (emulation/block_runner.h), and the device's
-// prepare_next_batch (runtime/prepare_next_batch.cuh) as the controller warp would, and says how
-// that went. Loaded from Python with ctypes (mpk_runtime/run/host_runner.py).
+// mpk_runtime/build/host.py). It runs one task, mpk::execute_task(variant, desc, rt), as one block
+// of kWorkerThreads fibers (emulation/block_runner.h), and the device's prepare_next_batch
+// (runtime/prepare_next_batch.cuh) as the controller warp would, and says how that went. Loaded from
+// Python with ctypes (mpk_runtime/run/host_runner.py).
 #pragma once
 #include <stdio.h>
 #include <string.h>
@@ -45,10 +45,6 @@ struct TaskFrame {
 inline void run_task_thread(void *p) {
   auto &f = *static_cast<TaskFrame *>(p);
   Runtime const rt{f.meta, f.batch, &f.control, 1u, 0u};
-  // As a worker does before its wait: here each hint reads a byte (primitives/prefetch.cuh), so an
-  // address outside the task's tensors is reported like any bad read.
-  prefetch_task(f.variant, f.task, rt);
-  __syncthreads();
   execute_task(f.variant, f.task, rt);
 }
 

@@ -91,13 +91,6 @@ extern __shared__ __align__(128) unsigned char dynamic_smem[];
 // The worker passes the variant in a register, read before the task's dependency resolved.
 __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt);
 
-// Generated beside it: the variant's prefetch (TaskSpec.prefetch_function), if it has one. Every
-// thread of the CTA calls it before the task's dependency is waited for (if it has one), so it may
-// read only what
-// the dependency does not guard (weights, the meta tensors of the iteration, a KV cache's history)
-// and may only ask memory toward L2 (primitives/prefetch.cuh): a hint, never a result.
-__device__ __forceinline__ void prefetch_task(uint32_t variant, TaskDesc const &task, Runtime const &rt);
-
 }  // namespace mpk
 
 // Last: it redefines __syncthreads() for the task bodies and the runtime included after this header.

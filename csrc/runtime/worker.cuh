@@ -1,9 +1,7 @@
 // The worker: one CTA per SM that runs its queue of tasks, in program order, every iteration.
 //
 // Per task: the descriptor is already in shared memory (prefetched with cp.async while the previous
-// task ran); the CTA issues the task's prefetch (the data its event does not guard, such as its
-// weights, asked of L2); thread 0 acquire-spins on the task's one event, if it has one; the CTA
-// runs the body;
+// task ran); thread 0 acquire-spins on the task's one event, if it has one; the CTA runs the body;
 // thread 0 publishes with one fence and then, per triggered event, a store of the iteration's
 // target (events with one producer) or a relaxed increment (several producers). That is one
 // acquire spin per dependency and no round trip through a scheduler on the critical path.
@@ -121,9 +119,6 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
       detail::Publish const pub{d.first_trigger, d.num_triggers, d.trigger_begin,
                                 (d.flags & MPK_FLAG_FIRST_TRIGGER_SINGLE) != 0};
       if (q + 1 < q_end) detail::prefetch_desc(&descs[buf ^ 1], &p.tasks[q + 1]);
-      // What the event does not guard, asked of L2 while we wait (with no wait: all of it in flight
-      // at once, ahead of the body's own loads).
-      prefetch_task(variant, d, rt);
       if (waits) {
         bool ok = true;
         if (threadIdx.x == 0) ok = detail::wait_event(p, worker, d, base + iter);

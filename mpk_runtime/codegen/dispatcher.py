@@ -44,26 +44,25 @@ def generate(variants: list[Variant], arch: str, warp_jitter: bool = False) -> s
         "  }",
         "}",
         "",
+        "__device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &task, Runtime const &rt) {",
+        "  switch (variant) {",
     ]
-    calls = {v.id: (f"  // {', '.join(v.layers[:4])}{' ...' if len(v.layers) > 4 else ''}", v.call) for v in variants}
-    out += _variant_switch("execute_task", calls)
-    out += _variant_switch("prefetch_task", {v.id: ("", v.prefetch) for v in variants if v.prefetch})
+    for v in variants:
+        out.append(f"    case {v.id}:  // {', '.join(v.layers[:4])}{' ...' if len(v.layers) > 4 else ''}")
+        out.append(f"      {v.call}")
+        out.append("      break;")
     out += [
+        "    default:",
+        "      break;",
+        "  }",
+        "}",
+        "",
         "}  // namespace mpk",
         "",
         '#include "runtime/persistent_kernel.cuh"',
         "",
     ]
     return "\n".join(out)
-
-
-def _variant_switch(function: str, cases: dict[int, tuple[str, str]]) -> list[str]:
-    """A dispatcher function: variant id -> (comment, call)."""
-    out = [f"__device__ __forceinline__ void {function}(uint32_t variant, TaskDesc const &task, Runtime const &rt) {{"]
-    out.append("  switch (variant) {")
-    for vid, (comment, call) in cases.items():
-        out += [f"    case {vid}:{comment}", f"      {call}", "      break;"]
-    return [*out, "    default:", "      break;", "  }", "}", ""]
 
 
 def module_name_of(source: str) -> str:

@@ -26,11 +26,6 @@ class Variant:
         return f"{self.spec.function}<{self.targs}>(task, rt);"
 
     @property
-    def prefetch(self) -> str | None:
-        """The C++ call of the variant's prefetch, None if its task has none."""
-        return f"{self.spec.prefetch_function}<{self.targs}>(task, rt);" if self.spec.prefetch_function else None
-
-    @property
     def smem(self) -> str | None:
         return f"{self.spec.smem_function}<{self.targs}>()" if self.spec.smem_function else None
 

@@ -45,7 +45,6 @@ class Linear(TaskSpec):
     headers = {arch: "common/linear.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::linear"
     smem_function = "mpk::tasks::linear_smem_bytes"
-    prefetch_function = "mpk::tasks::linear_prefetch"  # the weight slice, while the input is awaited
     reference = "linear"
     doc = """output = input @ weight.T, accumulated in fp32. input is (batch, in_features), weight
     (out_features, in_features), output (batch, out_features); grid x splits out_features, so each

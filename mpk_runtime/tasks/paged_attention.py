@@ -61,7 +61,6 @@ class PagedAttention(TaskSpec):
     headers = {arch: "common/paged_attention.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::paged_attention"
     smem_function = "mpk::tasks::paged_attention_smem_bytes"
-    prefetch_function = "mpk::tasks::paged_attention_prefetch"  # history keys and values, before the qkv wait
     reference = "paged_attention"
     doc = """Attention of the iteration's new tokens over a paged KV cache, Qwen3 style.
 

@@ -61,10 +61,6 @@ class TaskSpec:
     # constexpr C++ function, same template arguments as `function`, giving the dynamic shared
     # memory a variant needs (None: none); the build sizes the kernel's for the hungriest variant.
     smem_function: ClassVar[str | None] = None
-    # C++ function, same template arguments and parameters as `function`, that asks L2 for the
-    # data the task will read that its dependency does not produce (its weight slice, say), so that
-    # the wait for that dependency overlaps the fetch (see task_api.cuh's prefetch_task). None: none.
-    prefetch_function: ClassVar[str | None] = None
     reference: ClassVar[str | None] = None  # function in reference/<name>/pytorch_reference.py
     doc: ClassVar[str] = ""
     # A task that exchanges data with the same task on the other ranks (e.g. the all-reduce): the

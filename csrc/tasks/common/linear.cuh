@@ -23,7 +23,6 @@
 #include "primitives/block.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
-#include "primitives/prefetch.cuh"
 #include "primitives/vec.cuh"
 #include "primitives/warp.cuh"
 #include "runtime/task_api.cuh"
@@ -234,16 +233,6 @@ __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) 
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 __device__ __forceinline__ void rmsnorm_linear(TaskDesc const &task, Runtime const &rt) {
   linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, true>(task, rt);
-}
-
-// The prefetch of linear, linear_with_residual and rmsnorm_linear (task_api.cuh's prefetch_task):
-// the weight slice does not depend on the task's event, so its first kPrefetchBudgetBytes (the rows
-// the body streams first; most decode slices whole) are asked of L2 while the worker waits for the
-// input.
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
-__device__ __forceinline__ void linear_prefetch(TaskDesc const &task, Runtime const &) {
-  constexpr size_t kSlice = static_cast<size_t>(N_SLICE) * K * sizeof(T);
-  prefetch_l2_range(task.input<T const>(1), kSlice < kPrefetchBudgetBytes ? kSlice : kPrefetchBudgetBytes);
 }
 
 }  // namespace tasks

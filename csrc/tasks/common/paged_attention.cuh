@@ -38,7 +38,6 @@
 #include "primitives/cp_async.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
-#include "primitives/prefetch.cuh"
 #include "primitives/vec.cuh"
 #include "primitives/warp.cuh"
 #include "runtime/task_api.cuh"
@@ -206,29 +205,6 @@ __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt)
 template <typename T, int D, int G, int H_KV, int Z>
 constexpr unsigned paged_attention_smem_bytes() {
   return attn::Smem<T, D>::kBytes;
-}
-
-// The prefetch (task_api.cuh's prefetch_task): the history keys and values this task reads were
-// written by earlier iterations and the page table by prepare_next_batch, so neither waits for the
-// qkv projection. They are asked of L2, key by key in the order the body streams them, up to
-// kPrefetchBudgetBytes; a split's chunk of a decode is 256 KB or less at 8192 keys and 16 splits.
-template <typename T, int D, int G, int H_KV, int Z>
-__device__ __forceinline__ void paged_attention_prefetch(TaskDesc const &task, Runtime const &rt) {
-  using namespace attn;
-  constexpr int kLines = D * static_cast<int>(sizeof(T)) / kL2LineBytes;  // per key, in K and in V
-  static_assert(kLines >= 1, "paged_attention_prefetch: a key row fills at least one L2 line");
-  Plan const p = plan_of<Z>(task, rt);
-  if (p.qlen <= 0 || p.t0 >= p.t1) return;
-  int const end = min(p.ke, p.step);  // history only: new keys are this iteration's appends
-  int const budget = static_cast<int>(kPrefetchBudgetBytes / (2 * kLines * kL2LineBytes));
-  int const keys = min(end - p.kb, budget);
-  T const *caches[2] = {task.output<T const>(0), task.output<T const>(1)};
-  for (int i = threadIdx.x; i < keys * 2 * kLines; i += kWorkerThreads) {
-    int const pos = p.kb + i / (2 * kLines), which = i / kLines % 2, line = i % kLines;
-    int const page = p.pages[pos / p.page_size];
-    int64_t const row = (static_cast<int64_t>(page) * p.page_size + pos % p.page_size) * H_KV * D;
-    prefetch_l2(reinterpret_cast<char const *>(caches[which] + row) + line * kL2LineBytes);
-  }
 }
 
 template <typename T, int D, int G, int H_KV, int Z>

@@ -67,7 +67,6 @@ __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &t
     default: break;
   }}
 }}
-__device__ __forceinline__ void prefetch_task(uint32_t, TaskDesc const &, Runtime const &) {{}}
 }}  // namespace mpk
 
 #include "runtime/persistent_kernel.cuh"
