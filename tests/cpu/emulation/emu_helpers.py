@@ -47,6 +47,7 @@ KERNELS = [
     "wild_read",
     "divides_by_zero",
     "overflows_its_stack",
+    "prefetch_past_end",
 ]
 
 

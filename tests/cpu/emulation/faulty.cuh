@@ -6,6 +6,7 @@
 #include "primitives/block.cuh"
 #include "primitives/cp_async.cuh"
 #include "primitives/mma.cuh"
+#include "primitives/prefetch.cuh"
 #include "runtime/task_api.cuh"
 
 namespace mpk {
@@ -163,6 +164,13 @@ __device__ void mma_half_warp(TaskDesc const &task, Runtime const &) {
 __device__ void read_past_end(TaskDesc const &task, Runtime const &) {
   uint32_t *out = task.output<uint32_t>(0);
   if (threadIdx.x == 0) out[0] = out[kWorkerThreads];  // @read-past-end
+}
+
+// Thread 0 asks L2 for the line just past the end of its output (the caller gives it 128 words): a
+// hint only on the device, but one past its tensor is a bug the emulator reports (prefetch.cuh).
+__device__ void prefetch_past_end(TaskDesc const &task, Runtime const &) {
+  uint32_t const *out = task.output<uint32_t>(0);
+  if (threadIdx.x == 0) prefetch_l2(out + kWorkerThreads);  // @prefetch-past-end
 }
 
 // Thread 0 writes one word past its output slice (the caller allows the first 128 words).

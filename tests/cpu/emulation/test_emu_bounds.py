@@ -1,9 +1,9 @@
 """Faults and out-of-bounds accesses of task code, each reported with the task, the thread and the
 source line instead of crashing or silently reading the wrong data: a read past a tensor's end (its
-guard page), an address in no tensor, an integer division by zero, a stack overflow, a write past the
-task's output slice (slice checking, race-checking builds); and the two collectives of the
-primitives layer that can go wrong: an mma some lanes never reach, a cp.async destination read before
-its wait."""
+guard page), a prefetch hint past one, an address in no tensor, an integer division by zero, a stack
+overflow, a write past the task's output slice (slice checking, race-checking builds); and the two
+collectives of the primitives layer that can go wrong: an mma some lanes never reach, a cp.async
+destination read before its wait."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from emu_helpers import THREADS as N
 from emu_helpers import marked
 
+from mpk_runtime import resources
 from mpk_runtime.run import host_runner
 from mpk_runtime.run.host_memory import _ranges, _tensor_table
 
@@ -43,6 +44,19 @@ def test_read_past_the_end_of_a_tensor(kernels, guarded):
         f"{marked('read-past-end')} (the fault is 0 bytes after its last byte; it has {4 * N} bytes)"
     )
     assert kernels.run("barriers", torch.zeros(9 * N, dtype=torch.int32)).ok  # the module runs on
+
+
+def test_a_prefetch_hint_past_the_end_of_a_tensor(kernels, guarded):
+    """A hint reads nothing on the device, but its address is computed like a load's: one past the
+    tensor is the same bug, so the emulator reads a byte for it and reports the line."""
+    words, memory = guarded
+    hint = (resources.CSRC / "primitives" / "prefetch.cuh").read_text().splitlines()
+    line = next(i for i, text in enumerate(hint, 1) if "volatile" in text)  # the emulation's read
+    assert detected(kernels, "prefetch_past_end", words, memory=memory) == (
+        f"out-of-bounds access in task 5: thread 0 (warp 0, lane 0) reads past the end of tensor y at "
+        f"csrc/primitives/prefetch.cuh:{line} (inlined at {marked('prefetch-past-end')}) (the fault is 0 bytes after "
+        f"its last byte; it has {4 * N} bytes)"
+    )
 
 
 def test_an_address_in_no_tensor(kernels):
