@@ -9,6 +9,28 @@
 #pragma once
 #ifdef MPK_HOST_EMULATION
 #include "emulation/entry.h"
+#elif defined(MPK_DEVICE_ONLY)
+// A device-only build (a cubin that is never launched, build/nvcc.py): the workers with this
+// module's task bodies, in the profiling instantiation alone (the other's code plus the profiler's
+// records: every body compiled once, not twice). The scheduler is the same in every module, so it
+// is left out here and compiled once per arch instead (runtime/scheduler_check.cu, build/cache.py).
+#include "runtime/worker.cuh"
+
+namespace mpk {
+
+__global__ void __launch_bounds__(kWorkerThreads, 1) worker_kernel(const __grid_constant__ MpkKernelParams p) {
+  worker_main<true>(p, blockIdx.x);
+}
+
+// What a launch would refuse (host.cuh's cudaFuncSetAttribute), said by the build off the GPU: the
+// hungriest variant's dynamic shared memory within the arch's opt-in maximum per block.
+constexpr unsigned kMaxDynamicSmemBytes = kTargetSm >= 90 ? 227u << 10 : 163u << 10;
+static_assert(kDynamicSmemBytes <= kMaxDynamicSmemBytes,
+              "a task variant needs more dynamic shared memory than a block of this arch can have (227 KB on "
+              "sm90 and sm100, 163 KB on sm80): give it smaller slices (a larger grid) or fewer rows per task");
+
+}  // namespace mpk
+
 #else
 #include "runtime/scheduler.cuh"
 #include "runtime/worker.cuh"
@@ -16,9 +38,7 @@
 namespace mpk {
 
 // The CTA's role is the only thing blockIdx decides; tasks never see it. Two instantiations: the
-// host launches persistent_kernel<true> only when a profiler tensor was given. A device-only build
-// (MPK_DEVICE_ONLY: a cubin that is never launched, build/nvcc.py) compiles the profiling one
-// alone, whose code is the other's plus the profiler's records: every task body once, not twice.
+// host launches persistent_kernel<true> only when a profiler tensor was given.
 template <bool kProfile>
 __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __grid_constant__ MpkKernelParams p) {
   if (blockIdx.x < p.num_workers) {
@@ -29,21 +49,8 @@ __global__ void __launch_bounds__(kWorkerThreads, 1) persistent_kernel(const __g
   if (s < p.num_schedulers) scheduler_main(p, s);
 }
 
-#ifdef MPK_DEVICE_ONLY
-template __global__ void persistent_kernel<true>(const __grid_constant__ MpkKernelParams p);
-
-// What a launch would refuse (host.cuh's cudaFuncSetAttribute), said by the build off the GPU: the
-// hungriest variant's dynamic shared memory within the arch's opt-in maximum per block.
-constexpr unsigned kMaxDynamicSmemBytes = kTargetSm >= 90 ? 227u << 10 : 163u << 10;
-static_assert(kDynamicSmemBytes <= kMaxDynamicSmemBytes,
-              "a task variant needs more dynamic shared memory than a block of this arch can have (227 KB on "
-              "sm90 and sm100, 163 KB on sm80): give it smaller slices (a larger grid) or fewer rows per task");
-#endif
-
 }  // namespace mpk
 
-#ifndef MPK_DEVICE_ONLY  // host code only: nothing of it is in a cubin
 #include "runtime/host.cuh"
 #include "runtime/peer_memory.cuh"
-#endif
 #endif

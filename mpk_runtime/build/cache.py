@@ -43,6 +43,8 @@ from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
 
 log = logging.getLogger("mpk_runtime.build")
 _cleaned: set[Path] = set()  # cache roots whose leftovers this process has removed
+_scheduler_checked: set[tuple[Path, str]] = set()  # (cache root, arch): scheduler checks built or found
+SCHEDULER_CHECK = resources.CSRC / "runtime" / "scheduler_check.cu"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ def entry_is_valid(entry: Path, key: str | None = None, filename: str = MODULE) 
 def build_module(source: str, arch: str, name: str, python_extension: bool = False, device_only: bool = False) -> BuildResult:
     """The module for ``source`` on ``arch``: from the cache, or built once and published there.
     ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU."""
+    if device_only:
+        _check_scheduler(arch)
     key = cache_key(source, arch, python_extension, device_only)
     name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
     entry = cache_root() / "modules" / f"{name}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
@@ -115,6 +119,21 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
     flags = flags_for(arch, python_extension, device_only)
     record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
     return publish(entry, key, filename, record, make)
+
+
+def _check_scheduler(arch: str) -> None:
+    """A device-only module leaves out the scheduler (runtime/persistent_kernel.cuh), which does not
+    depend on the graph: compiled here instead, once per arch and cache (and again when a header it
+    includes changes), so that a compile-only or emulated run still proves it builds for the arch."""
+    checked = (cache_root(), arch)
+    if checked in _scheduler_checked:
+        return
+    _scheduler_checked.add(checked)  # before the build: build_module comes back here
+    try:
+        build_module(SCHEDULER_CHECK.read_text(), arch, "scheduler-check", device_only=True)
+    except BaseException:
+        _scheduler_checked.discard(checked)
+        raise
 
 
 def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> BuildResult:

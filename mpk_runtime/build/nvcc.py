@@ -10,9 +10,10 @@ it is built with light NVVM optimization and none in ptxas (``-Xcicc -O1 -Xptxas
 took 245 s where ``-G`` took 339 s: ``-G``'s unoptimized PTX is several times larger, and ptxas
 spent most of a build on it (11.0 of 12.7 s for the largest, the tiny model: 5.2 s now). The
 optimized build takes longer still. The cubins are a quarter of the size on disk. And it holds
-one instantiation of the kernel, not the two a launch needs (``MPK_DEVICE_ONLY``,
-runtime/persistent_kernel.cuh): 2.8 s where two took 4.8 s for the tiny model, 0.7 s where 0.9 s
-for a lone silu_mul."""
+only what depends on the graph (``MPK_DEVICE_ONLY``, runtime/persistent_kernel.cuh): the workers
+with the task bodies, in one instantiation, not the two a launch needs (2.8 s where two took 4.8 s
+for the tiny model, 0.7 s where 0.9 s for a lone silu_mul); the scheduler, the same in every
+module, is compiled once per arch and cache instead (cache.py, ``scheduler-check``)."""
 
 from __future__ import annotations
 

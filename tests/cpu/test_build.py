@@ -248,3 +248,32 @@ def test_a_device_only_build_refuses_more_shared_memory_than_the_arch_has(noop_s
     with pytest.raises(BuildError, match=r"more dynamic shared memory than a block of this arch can have"):
         build.build_module(greedy, "sm80", "greedy", device_only=True)
     assert cubin_sm(build.build_module(greedy, "sm90", "greedy", device_only=True).path) == 90
+
+
+def test_device_only_builds_check_the_scheduler_once_per_arch(noop_source, monkeypatch, tmp_path):
+    """A cubin module leaves the scheduler out (it does not depend on the graph); the first
+    device-only build of an arch in a cache compiles it alone, as ``scheduler-check``."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    compiled: list[tuple[str, str]] = []
+
+    def counting_compile(source_path: Path, out: Path, arch: str, *args, **kwargs) -> None:
+        compiled.append(("scheduler" if "scheduler_kernel" in source_path.read_text() else "module", arch))
+        fake_compile(source_path, out)
+
+    monkeypatch.setattr(build, "compile_to", counting_compile)
+    build.build_module(noop_source, "sm80", "first", device_only=True)
+    build.build_module(noop_source + "// another\n", "sm80", "second", device_only=True)
+    build.build_module(noop_source, "sm90", "third", device_only=True)
+    assert compiled == [("scheduler", "sm80"), ("module", "sm80"), ("module", "sm80"), ("scheduler", "sm90"), ("module", "sm90")]
+    modules = sorted(p.name.split("-cubin-")[0] for p in (tmp_path / "modules").iterdir() if not p.name.endswith(".lock"))
+    assert modules == ["first-sm80", "scheduler-check-sm80", "scheduler-check-sm90", "second-sm80", "third-sm90"]
+
+
+def test_a_scheduler_that_does_not_build_fails_the_device_only_build(noop_source, monkeypatch, tmp_path):
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    broken = tmp_path / "scheduler_check.cu"
+    broken.write_text('#include "runtime/scheduler.cuh"\nstatic_assert(false, "mpk test: a scheduler that does not build");\n')
+    monkeypatch.setattr(build, "SCHEDULER_CHECK", broken)
+    for _ in range(2):  # a failed check is not remembered as done
+        with pytest.raises(BuildError, match=r"(?s)nvcc failed .* for sm80:.*mpk test: a scheduler that does not build"):
+            build.build_module(noop_source, "sm80", "noop", device_only=True)

@@ -16,6 +16,7 @@ from cpu_helpers import cubin_sm, graph_of, rmsnorm_tensors
 
 import mpk_runtime as mpk
 from mpk_runtime import harness
+from mpk_runtime.build import cache
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.errors import BlockDimError, ConfigError, DeviceError, DTypeError, ShapeError, StateError
 from mpk_runtime.graph import collect_variants
@@ -62,7 +63,12 @@ def test_device_code_is_built_for_the_target(compiled):
     sass = {80: "sm_80", 90: "sm_90a", 100: "sm_100a"}[pk.target_cc]
     data = cubin.read_bytes()
     assert f"-arch {sass} ".encode() in data  # ptxas's command line, in the cubin's notes: the arch-specific target
-    assert b"persistent_kernel" in data  # the kernel, with every task body inlined
+    assert b"worker_kernel" in data  # the workers, with every task body inlined
+    # the scheduler, the same in every module, once per arch and cache in an entry of its own
+    key = cache.cache_key(cache.SCHEDULER_CHECK.read_text(), pk.arch, device_only=True)
+    scheduler = pk.build_result.entry.parent / f"scheduler-check-{pk.arch}-cubin-{key[:16]}"
+    assert cubin_sm(scheduler / "module.cubin") == pk.target_cc
+    assert b"scheduler_kernel" in (scheduler / "module.cubin").read_bytes()
     assert re.fullmatch(rf"rmsnorm_bf16_1_4096(_\w+)?-{pk.arch}-cubin-[0-9a-f]{{16}}", pk.build_result.entry.name)
 
 
