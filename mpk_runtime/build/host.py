@@ -161,13 +161,15 @@ def shim_pch(flags: Sequence[str], dirs: Sequence[Path]) -> Path | None:
     compile time: 0.5 s of 0.9 s here): the path of a header that includes the shim, with its .gch
     beside it, to pass to ``-include``. g++ uses the .gch only when the flags match and otherwise
     reads the header, which is the same code, so a stale or foreign .gch costs time, never
-    correctness. Once per cache and set of flags (arch, race checking, include dirs). None for a
-    compiler other than GCC (whose precompiled headers work differently)."""
+    correctness. Once per cache and set of flags (arch, race checking): not per include directory
+    (a test's own, say), which GCC does not ask to match; the headers the shim resolves to, which
+    the key covers, are what matters. None for a compiler other than GCC (whose precompiled
+    headers work differently)."""
     compiler = cxx_version(cxx())
     if "g++" not in compiler and "GCC" not in compiler:
         return None
     headers = included(f'#include "{SHIM}"\n', dirs)
-    key = _key([compiler, cuda_version(), _portable(flags), PCH], headers)
+    key = _key([compiler, cuda_version(), _portable([f for f in flags if not f.startswith("-I")]), PCH], headers)
     entry = build_cache.cache_root() / "modules" / f"emulation-shim-pch-{key[:16]}"
 
     def make(tmp: Path) -> None:

@@ -277,3 +277,17 @@ def test_a_scheduler_that_does_not_build_fails_the_device_only_build(noop_source
     for _ in range(2):  # a failed check is not remembered as done
         with pytest.raises(BuildError, match=r"(?s)nvcc failed .* for sm80:.*mpk test: a scheduler that does not build"):
             build.build_module(noop_source, "sm80", "noop", device_only=True)
+
+
+def test_one_precompiled_shim_serves_every_include_directory(mpk_cache_dir, tmp_path):
+    """GCC does not ask a precompiled header's include directories to match, only the headers it
+    resolved (which the key covers): tests with include directories of their own share one."""
+    from mpk_runtime import archs
+    from mpk_runtime.build import host
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    pchs = {host.shim_pch([*host.base_flags([d]), "-O1", *archs.ARCHS["sm90"].host_flags], [d, resources.CSRC]) for d in (a, b)}
+    if pchs == {None}:
+        pytest.skip("the compiler is not GCC: no precompiled shim")
+    assert len(pchs) == 1 and Path(f"{pchs.pop()}.gch").is_file()
