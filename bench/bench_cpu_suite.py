@@ -5,8 +5,8 @@ suite <= 4 min cold and <= 90 s warm, the main command <= 3 min cold and <= 60 s
 
 Besides the wall time it prints the CPU time of the run and its children (nvcc included), the load
 average before and after, and how many cache entries the run built (nvcc modules, host-emulation
-modules) with the seconds their compiles took: on a shared machine the wall time alone says little, and the builds are most of a cold
-run's work.
+modules) with the seconds their compiles took: on a shared machine the wall time alone says little,
+and the builds are most of a cold run's work.
 
     python bench/bench_cpu_suite.py                 # both suites, cold then warm
     python bench/bench_cpu_suite.py --suite main    # one of them
