@@ -18,6 +18,7 @@ LINEAR = ("tests/scenes/linear/test_linear.py",)
 LINEAR_RES = ("tests/scenes/linear/test_linear.py", "tests/scenes/linear_with_residual/test_linear_with_residual.py")
 EMBED = ("tests/scenes/embed/test_embed.py",)
 SILU_MUL = ("tests/scenes/silu_mul/test_silu_mul.py",)
+LINEAR_SILU = ("tests/scenes/rmsnorm_linear_silu_mul/test_rmsnorm_linear_silu_mul.py",)
 ARGMAX = ("tests/scenes/argmax/test_argmax.py",)
 ROUTING = ("tests/scenes/moe/test_moe_routing.py",)
 EXPERTS = ("tests/scenes/moe/test_moe_experts.py",)
@@ -47,7 +48,7 @@ class Mutation:
     old: str  # must occur exactly once in the file
     new: str
     selection: tuple[str, ...]
-    gpu_only: bool = False  # code the emulator does not run (csrc/runtime/scheduler.cuh, worker.cuh)
+    gpu_only: bool = False  # code the emulator does not run (csrc/runtime/scheduler.cuh, worker.cuh, event_wait.cuh)
 
 
 M = Mutation
@@ -125,6 +126,24 @@ MUTATIONS: list[Mutation] = [
         "      __syncthreads();  // partial is free for the next chunk\n",
         "",
         LINEAR,
+    ),
+    M(
+        "linear-staged-piece-of-first-k-block",
+        "stride",
+        "staged weights: every k block of a load batch reads the batch's first piece",
+        "tasks/common/linear.cuh",
+        "wv[u][rc] = kStage ? stage[piece(chunk, kb + u, rc)]",
+        "wv[u][rc] = kStage ? stage[piece(chunk, kb, rc)]",
+        LINEAR + LINEAR_SILU,
+    ),
+    M(
+        "linear-silu-mul-gate-for-up",
+        "wrong operand",
+        "rmsnorm_linear_silu_mul: silu(gate) * gate (the up half never read)",
+        "tasks/common/linear.cuh",
+        "silu(pre[b * N_SLICE + c]) * pre[b * N_SLICE + HALF + c]",
+        "silu(pre[b * N_SLICE + c]) * pre[b * N_SLICE + c]",
+        LINEAR_SILU,
     ),
     M(
         "linear-plain-k-off-by-one",
@@ -538,7 +557,7 @@ MUTATIONS: list[Mutation] = [
         "worker-wait-one-producer-short",
         "event count",
         "a task waits for wait_count - 1 producers",
-        "runtime/worker.cuh",
+        "runtime/event_wait.cuh",
         "static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1);",
         "static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1) - 1;",
         RUNTIME,

@@ -26,7 +26,7 @@ class Qwen3Grids:
     qkv: int  # splits the q | k | v rows
     attention_splits: int  # grid z of paged_attention
     o_proj: int  # splits hidden
-    gate_up: int  # splits the interleaved gate / up rows; silu_mul gets half as many
+    gate_up: int  # splits the intermediate size: each task one [gate rows | up rows] group, SiLU-mul fused
     down: int  # splits hidden
     lm_head: int  # splits the vocabulary
     argmax_parts: int  # argmax_partial's vocabulary chunks
@@ -55,7 +55,6 @@ def plan(c: Qwen3Config, num_workers: int, max_tokens: int, max_requests: int) -
     if num_workers < 1:
         raise ConfigError(f"plan grids: num_workers={num_workers} must be >= 1")
     w = num_workers
-    gate_up_groups = tasks_for(c.intermediate_size, max(1, w // 2))  # a group: [gate rows | up rows] of one silu_mul task
     per_request = max_requests * c.num_key_value_heads
     splits = max(1, min(MAX_ATTENTION_SPLITS, w // per_request))
     return Qwen3Grids(
@@ -63,7 +62,7 @@ def plan(c: Qwen3Config, num_workers: int, max_tokens: int, max_requests: int) -
         qkv=tasks_for(c.q_size + 2 * c.kv_size, w),
         attention_splits=splits,
         o_proj=tasks_for(c.hidden_size, w),
-        gate_up=2 * gate_up_groups,
+        gate_up=tasks_for(c.intermediate_size, w),
         down=tasks_for(c.hidden_size, w),
         lm_head=tasks_for(c.vocab_size, w),
         argmax_parts=tasks_for(c.vocab_size, w, group=1),

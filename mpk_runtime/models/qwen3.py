@@ -2,11 +2,12 @@
 
 embedding of ``input_tokens`` -> num_layers x (RMSNorm -> qkv linear -> paged attention (q / k
 norm, RoPE, KV cache append, causal GQA) -> o_proj + residual -> RMSNorm -> MLP + residual) ->
-final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear -> SiLU-mul
--> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
+final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear with
+SiLU-mul fused -> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
 routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual).
 In a dense model an RMSNorm whose only reader is a linear (before qkv, gate / up and the lm head)
-is folded into it (``rmsnorm_linear``): no task, tensor or dependency hop of its own. A MoE model
+is folded into it (``rmsnorm_linear``; before gate / up ``rmsnorm_linear_silu_mul``, which also
+applies the SiLU-mul): no task, tensor or dependency hop of its own. A MoE model
 keeps every RMSNorm a task: the folded one rounds differently (the row's scale applied after the
 sum), and a router logit that moves by a rounding can pick another expert, so the model would no
 longer follow the reference's routing step for step.
@@ -166,7 +167,11 @@ class _Builder:
         )
         h = self.new(tag + "attn_out", n, c.hidden_size)
         w_o = self.attach(pre + "self_attn.o_proj.weight")
-        pk.linear_with_residual_layer(input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd)
+        # No early weight fetch after the attention: its merge is latency bound, and 128 tasks
+        # fetching at once as their splits finish slowed it more than o_proj gained (PERFORMANCE.md).
+        pk.linear_with_residual_layer(
+            input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd, prefetch_weights=False
+        )
         norm = self.attach(pre + "post_attention_layernorm.weight")
         out = self.new(tag + "hidden", n, c.hidden_size)
         if c.is_moe:  # the router and the experts both read the normalized rows
@@ -178,15 +183,20 @@ class _Builder:
         return out
 
     def mlp(self, pre: str, tag: str, h: DTensor, norm: DTensor, out: DTensor) -> None:
-        """gate / up of rmsnorm(h) (one layer), SiLU-mul, down + the residual h."""
+        """silu(gate) * up of rmsnorm(h) (one layer: rmsnorm_linear_silu_mul), down + the residual h."""
         pk, c, g, bd, n = self.pk, self.c, self.g, self.bd, self.tokens
         gate, up = self.attach(pre + "mlp.gate_proj.weight"), self.attach(pre + "mlp.up_proj.weight")
-        groups = g.gate_up // 2
-        w_gate_up = pk.shuffle_tensors([gate, up], shuffled_dim=0, num_groups=groups, name=pre + "mlp.gate_up_proj.weight")
-        mid = self.new(tag + "gate_up", n, 2 * c.intermediate_size)
-        self.norm_linear(h, norm, w_gate_up, mid, g.gate_up, tag + "mlp_norm")
+        w_gate_up = pk.shuffle_tensors([gate, up], shuffled_dim=0, num_groups=g.gate_up, name=pre + "mlp.gate_up_proj.weight")
         act = self.new(tag + "act", n, c.intermediate_size)
-        pk.silu_mul_layer(input=mid, output=act, grid_dim=(groups, 1, 1), block_dim=bd)
+        pk.rmsnorm_linear_silu_mul_layer(
+            input=h,
+            weight=w_gate_up,
+            norm_weight=norm,
+            output=act,
+            eps=c.rms_norm_eps,
+            grid_dim=(g.gate_up, 1, 1),
+            block_dim=bd,
+        )
         w_down = self.attach(pre + "mlp.down_proj.weight")
         pk.linear_with_residual_layer(input=act, weight=w_down, residual=h, output=out, grid_dim=(g.down, 1, 1), block_dim=bd)
 

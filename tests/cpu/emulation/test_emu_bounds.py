@@ -129,3 +129,66 @@ def test_cp_async_destination_read_before_the_wait(kernels, race_kernels):
         f"(inlined at {marked('cp-async-issue')}), which lands only at that thread's cp_async_wait_all() (and, for "
         f"other threads, a __syncthreads() after it)"
     )
+
+
+def _waiting_task_memory(buf: torch.Tensor) -> host_runner.Memory:
+    """Slices of the waits_in_body kernels: weight buf[0:N] (early readable), input buf[N:2N], output buf[2N:3N]."""
+    lo = buf.data_ptr()
+    return host_runner.Memory(
+        tensors=_tensor_table([("buf", buf, lo)]),
+        readable=_ranges([(lo, lo + 12 * N)]),
+        writable=_ranges([(lo + 8 * N, lo + 12 * N)]),
+        slices=b"task_5 reads buf[0:256] and writes buf[256:384]",
+        early_readable=_ranges([(lo, lo + 4 * N)]),
+    )
+
+
+def test_a_body_that_waits_for_its_inputs_may_load_its_weights_first(race_kernels):
+    buf = torch.arange(3 * N, dtype=torch.int32)
+    run = race_kernels.run("weight_before_wait", buf, memory=_waiting_task_memory(buf), check_slices=True, dynamic_smem=4 * N)
+    assert run.ok, run.report
+    t = torch.arange(N, dtype=torch.int32)
+    assert torch.equal(buf[2 * N :], t + (N + t) + torch.where(t % 4 == 0, t, 0))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "marker", "access"),
+    [
+        ("input_before_wait", "input-before-wait", "reads 4 bytes at buf[128]"),
+        ("output_before_wait", "output-before-wait", "writes 4 bytes at buf[256]"),
+    ],
+)
+def test_an_access_before_the_wait_for_inputs(race_kernels, kernel, marker, access):
+    buf = torch.arange(3 * N, dtype=torch.int32)
+    report = detected(race_kernels, kernel, buf, memory=_waiting_task_memory(buf), check_slices=True)
+    assert report == (
+        f"access before the task waited for its inputs in task 5: thread 0 (warp 0, lane 0) {access} at "
+        f"{marked(marker)}; its body waits itself (waits_in_body), and before rt.wait_for_inputs(task) it may only "
+        f"read its slices of tensors no layer writes (weights) and the meta tensors: a producer may not have written "
+        f"this yet"
+    )
+    # The same body with its wait where the worker would have it (no early ranges): nothing to report.
+    plain = host_runner.Memory(
+        tensors=_tensor_table([("buf", buf, buf.data_ptr())]),
+        readable=_ranges([(buf.data_ptr(), buf.data_ptr() + 12 * N)]),
+        writable=_ranges([(buf.data_ptr() + 8 * N, buf.data_ptr() + 12 * N)]),
+    )
+    assert race_kernels.run(kernel, buf, memory=plain, check_slices=True).ok
+
+
+def test_a_cp_async_of_an_input_before_the_wait_for_inputs(race_kernels):
+    """The copy's source is read when it lands, after the wait; the device may read it at issue."""
+    buf = torch.arange(3 * N, dtype=torch.int32)
+    report = detected(
+        race_kernels,
+        "cp_async_of_input_before_wait",
+        buf,
+        memory=_waiting_task_memory(buf),
+        check_slices=True,
+        dynamic_smem=4 * N,
+    )
+    assert report.startswith(
+        "access before the task waited for its inputs in task 5: thread 0 (warp 0, lane 0) reads 16 bytes at "
+        "buf[128] at csrc/primitives/cp_async.cuh:"
+    ), report
+    assert f"(inlined at {marked('cp-async-of-input')})" in report
