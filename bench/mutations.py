@@ -48,7 +48,7 @@ class Mutation:
     old: str  # must occur exactly once in the file
     new: str
     selection: tuple[str, ...]
-    gpu_only: bool = False  # code the emulator does not run (csrc/runtime/scheduler.cuh, worker.cuh, event_wait.cuh)
+    gpu_only: bool = False  # code the emulator does not run (csrc/runtime/scheduler.cuh, worker.cuh)
 
 
 M = Mutation
@@ -126,15 +126,6 @@ MUTATIONS: list[Mutation] = [
         "      __syncthreads();  // partial is free for the next chunk\n",
         "",
         LINEAR,
-    ),
-    M(
-        "linear-staged-piece-of-first-k-block",
-        "stride",
-        "staged weights: every k block of a load batch reads the batch's first piece",
-        "tasks/common/linear.cuh",
-        "wv[u][rc] = kStage ? stage[piece(chunk, kb + u, rc)]",
-        "wv[u][rc] = kStage ? stage[piece(chunk, kb, rc)]",
-        LINEAR + LINEAR_SILU,
     ),
     M(
         "linear-silu-mul-gate-for-up",
@@ -557,7 +548,7 @@ MUTATIONS: list[Mutation] = [
         "worker-wait-one-producer-short",
         "event count",
         "a task waits for wait_count - 1 producers",
-        "runtime/event_wait.cuh",
+        "runtime/worker.cuh",
         "static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1);",
         "static_cast<unsigned long long>(d.wait_count) * (absolute_iter + 1) - 1;",
         RUNTIME,

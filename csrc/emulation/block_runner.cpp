@@ -622,7 +622,7 @@ void cp_async_issue(void *smem_dst, void const *src, unsigned bytes) {
                 std::to_string(kMaxAsyncCopies) +
                 " copies in flight without a cp_async_wait_all() or cp_async_wait_group()");
   t.copies[t.num_copies++] = AsyncCopy{smem_dst, src, bytes, pc, t.groups_committed};
-  if (tls_block->cfg.race_check) race_async_issue(d, s, bytes, pc);
+  if (tls_block->cfg.race_check) race_async_issue(reinterpret_cast<uintptr_t>(smem_dst), bytes, pc);
 }
 
 void cp_async_commit() { ++current("cp.async.commit_group").groups_committed; }

@@ -41,11 +41,6 @@ struct Memory {
   int num_writable = 0;
   bool check_slices = false;   // race-checking runs only: the hooks see every access
   char const *slices = "";     // the task's slices in words, for reports
-  // A task that waits for its inputs in its body (TaskSpec.waits_in_body): until it does, it may
-  // only read these ranges (its slices of tensors no layer writes, the meta tensors) and write none.
-  bool waits_in_body = false;
-  MpkEmuRange const *early_readable = nullptr;
-  int num_early_readable = 0;
   uintptr_t host_lo = 0;       // the emulator's own copy of the descriptor and runtime view
   uintptr_t host_hi = 0;
 };

@@ -96,8 +96,7 @@ void race_barrier(Block &b);
 void race_syncwarp(Block &b, uint32_t warp, unsigned mask);
 // cp.async: the destination is written by an agent no one is ordered with, from issue to wait;
 // at the wait the issuing thread reads the source and writes the destination.
-// Before the task's wait for its inputs (waits_in_body) the source is checked at issue.
-void race_async_issue(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc);
+void race_async_issue(uintptr_t dst, uint32_t bytes, uint32_t pc);
 void race_async_land(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc);
 std::string race_end(Block &b);  // the findings, as text ("" when none)
 

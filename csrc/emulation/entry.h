@@ -80,11 +80,8 @@ typedef struct MpkEmuOptions {
   MpkEmuRange const *readable;  // sorted, disjoint: the task's input and output slices, the meta tensors
   MpkEmuRange const *writable;  // sorted, disjoint: its output slices
   int32_t num_writable;
-  int32_t waits_in_body;  // nonzero: the task waits for its inputs in its body (Runtime::wait_for_inputs)
-  char const *slices;  // the same in words ("reads x[0:2, 0:64]; writes y[0:2, 0:64]"), for reports
-  MpkEmuRange const *early_readable;  // sorted, disjoint: what it may read before that wait
-  int32_t num_early_readable;
   int32_t reserved;
+  char const *slices;  // the same in words ("reads x[0:2, 0:64]; writes y[0:2, 0:64]"), for reports
 } MpkEmuOptions;
 
 enum {
@@ -147,9 +144,6 @@ inline RunConfig run_config(MpkEmuOptions const &opt, uint32_t task_id, uint32_t
   m.num_writable = opt.num_writable;
   m.check_slices = opt.check_slices != 0;
   m.slices = opt.slices ? opt.slices : "";
-  m.waits_in_body = opt.waits_in_body != 0;
-  m.early_readable = opt.early_readable;
-  m.num_early_readable = opt.num_early_readable;
   return cfg;
 }
 

@@ -65,8 +65,7 @@ enum class Finding : uint8_t {
   kMisaligned,
   kReadOutsideSlices,
   kWriteOutsideSlices,
-  kNoTensor,
-  kBeforeInputs
+  kNoTensor
 };
 
 struct Report {
@@ -89,7 +88,6 @@ struct RaceState {
   uintptr_t dyn_lo = 0, dyn_capacity = 0, dyn_bytes = 0;
   uintptr_t module_base = 0;
   Memory const *memory = nullptr;  // with check_slices: the task's slices
-  bool before_inputs = false;  // a waits_in_body task that has not called Runtime::wait_for_inputs yet
   uintptr_t host_lo = 0, host_size = 0;  // the emulator's descriptor and runtime view
   uintptr_t image_lo = 0, image_size = 0;  // the module's own data (__constant__ tables, ...)
   std::unordered_map<uintptr_t, Cell *> pages;
@@ -164,11 +162,6 @@ bool covered(MpkEmuRange const *r, int count, uintptr_t a, uintptr_t n) {
 Finding check_slices(RaceState const &rs, uintptr_t addr, uintptr_t size, bool write) {
   Memory const &m = *rs.memory;
   if (addr - rs.host_lo < rs.host_size || addr - rs.image_lo < rs.image_size) return Finding::kRace;
-  if (rs.before_inputs) {
-    if (!write && covered(m.early_readable, m.num_early_readable, addr, size)) return Finding::kRace;
-    if (write ? covered(m.writable, m.num_writable, addr, size) : covered(m.readable, m.num_readable, addr, size))
-      return Finding::kBeforeInputs;
-  }
   if (write ? covered(m.writable, m.num_writable, addr, size) : covered(m.readable, m.num_readable, addr, size))
     return Finding::kRace;
   if (!tensor_at(m, addr) && !tensor_at(m, addr + size - 1)) return Finding::kNoTensor;
@@ -309,7 +302,6 @@ void race_begin(Block &b) {
   rs.module_base = module_base();
   Memory const &m = b.cfg.memory;
   rs.memory = m.check_slices ? &m : nullptr;
-  rs.before_inputs = m.check_slices && m.waits_in_body;
   rs.host_lo = m.host_lo;
   rs.host_size = m.host_hi - m.host_lo;
   if (!rs.image_size) {
@@ -325,16 +317,7 @@ void race_begin(Block &b) {
   rs.on = true;
 }
 
-void race_async_issue(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc) {
-  // The source is read when the copy lands, which for a copy started before the task's wait for
-  // its inputs is too late to tell: the device may read it at once.
-  if (src && race_state().before_inputs) access(src, bytes, false, 0, pc);
-  access(dst, bytes, true, kAsync, pc);
-}
-
-void inputs_ready() {
-  if (tls_race) tls_race->before_inputs = false;
-}
+void race_async_issue(uintptr_t dst, uint32_t bytes, uint32_t pc) { access(dst, bytes, true, kAsync, pc); }
 
 void race_async_land(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc) {
   if (src) access(src, bytes, false, 0, pc);  // a zero-filling copy reads nothing
@@ -408,12 +391,6 @@ std::string race_end(Block &b) {
         break;
       case Finding::kNoTensor:
         out += "access outside every tensor" + task + who + "; the task " + rs.memory->slices;
-        break;
-      case Finding::kBeforeInputs:
-        out += "access before the task waited for its inputs" + task + who +
-               "; its body waits itself (waits_in_body), and before rt.wait_for_inputs(task) it may only read "
-               "its slices of tensors no layer writes (weights) and the meta tensors: a producer may not have "
-               "written this yet";
         break;
       case Finding::kUninitialized:
         out += "uninitialized shared memory" + task + who + ", which no thread of this task wrote";

@@ -53,9 +53,5 @@ void cp_async_commit();
 void cp_async_wait_all();
 void cp_async_wait_group(int n);
 
-// Runtime::wait_for_inputs on the host: the task's dependency is met from here on (a race-checking
-// run stops holding the task to its early reads: race_check.cpp). Thread 0, between two barriers.
-void inputs_ready();
-
 }  // namespace emu
 }  // namespace mpk

@@ -13,14 +13,6 @@
 //
 // All kWorkerThreads threads of the worker call the body; the runtime synchronizes the CTA
 // before and after it, so a body needs no trailing __syncthreads().
-//
-// The worker waits for the task's dependency before the body, unless the task's spec sets
-// waits_in_body: then the body first starts what needs no producer (loads of its weights, say)
-// and calls rt.wait_for_inputs(task) before it touches anything a dependency writes:
-//
-//   issue the weight loads;
-//   if (!rt.wait_for_inputs(task)) return;  // the launch was stopped meanwhile
-//   read the inputs ...
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,8 +22,6 @@
 
 #include "runtime/abi.h"
 #include "runtime/config.cuh"
-#include "runtime/event_wait.cuh"
-#include "runtime/profiler.cuh"
 
 namespace mpk {
 
@@ -62,13 +52,6 @@ struct Runtime {
   unsigned long long absolute_iteration = 0;
   MpkWorkerStatus *status = nullptr;
   MpkComm const *comm = nullptr;
-  // For wait_for_inputs, in the persistent kernel: its parameters (null elsewhere: a body launched
-  // alone or on the host has nothing to wait for), the worker, whether it profiles, and the worker's
-  // word that tells it the launch was stopped during the wait.
-  MpkKernelParams const *kernel = nullptr;
-  uint32_t worker = 0;
-  bool profile = false;
-  uint32_t *stopped = nullptr;
 
   // Report that this task cannot compute its outputs (e.g. MPK_TASK_ERROR_INDEX and the bad index).
   // The first report of a launch wins; at the end of the iteration the controller stops the launch
@@ -92,12 +75,6 @@ struct Runtime {
   __device__ __forceinline__ int32_t active_rows(int32_t rows) const {
     return rows == batch.max_num_batched_tokens ? min(rows, num_active_tokens()) : rows;
   }
-
-  // For a task whose spec sets waits_in_body: wait until the task's dependency is met (the worker
-  // did not). Every thread of the CTA calls it, once per task, before any access to data a
-  // dependency writes; what it issued before (its weights' loads) stays in flight. False: the
-  // watchdog stopped the launch meanwhile, and the body must return at once.
-  __device__ __forceinline__ bool wait_for_inputs(TaskDesc const &task) const;
 };
 
 // The largest of some sizes, at compile time (the generated kDynamicSmemBytes uses it).
@@ -118,29 +95,3 @@ __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &t
 
 // Last: it redefines __syncthreads() for the task bodies and the runtime included after this header.
 #include "runtime/warp_jitter.cuh"
-
-namespace mpk {
-
-// After warp_jitter.cuh: the barrier here is a task body's, and drifts like one.
-__device__ __forceinline__ bool Runtime::wait_for_inputs(TaskDesc const &task) const {
-#ifdef MPK_HOST_EMULATION
-  // Dependencies are met before the emulator runs a task; what it checks is that nothing before
-  // this point reads what they produce (a race-checking run: emulation/race_check.cpp).
-  __syncthreads();
-  if (threadIdx.x == 0) ::mpk::emu::inputs_ready();
-  __syncthreads();
-  return true;
-#else
-  if (kernel == nullptr || task.wait_event == MPK_NO_EVENT) return true;
-  bool ok = true;
-  if (threadIdx.x == 0) {
-    ok = detail::wait_event(kernel->event_counters, task, absolute_iteration, control, launch_id, status);
-    if (ok && profile) profiler::record(*kernel, worker, MPK_PROF_TASK_BEGIN, task.task_id, iteration);
-  }
-  if (__syncthreads_and(ok)) return true;
-  if (threadIdx.x == 0) *stopped = 1;  // read by the worker after the body's closing barrier
-  return false;
-#endif
-}
-
-}  // namespace mpk

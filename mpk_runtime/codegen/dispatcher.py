@@ -57,19 +57,6 @@ def generate(variants: list[Variant], arch: str, warp_jitter: bool = False) -> s
         "  }",
         "}",
         "",
-        "// Variants whose body waits for the task's dependency itself (TaskSpec.waits_in_body).",
-        "__device__ __forceinline__ bool waits_in_body(uint32_t variant) {",
-    ]
-    early = [v.id for v in variants if v.spec.waits_in_body]
-    if early:
-        out += ["  switch (variant) {"]
-        out += [f"    case {i}:" for i in early]
-        out += ["      return true;", "    default:", "      return false;", "  }"]
-    else:
-        out += ["  return false;"]
-    out += [
-        "}",
-        "",
         "}  // namespace mpk",
         "",
         '#include "runtime/persistent_kernel.cuh"',

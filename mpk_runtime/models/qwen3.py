@@ -167,11 +167,7 @@ class _Builder:
         )
         h = self.new(tag + "attn_out", n, c.hidden_size)
         w_o = self.attach(pre + "self_attn.o_proj.weight")
-        # No early weight fetch after the attention: its merge is latency bound, and 128 tasks
-        # fetching at once as their splits finish slowed it more than o_proj gained (PERFORMANCE.md).
-        pk.linear_with_residual_layer(
-            input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd, prefetch_weights=False
-        )
+        pk.linear_with_residual_layer(input=attn, weight=w_o, residual=x, output=h, grid_dim=(g.o_proj, 1, 1), block_dim=bd)
         norm = self.attach(pre + "post_attention_layernorm.weight")
         out = self.new(tag + "hidden", n, c.hidden_size)
         if c.is_moe:  # the router and the experts both read the normalized rows

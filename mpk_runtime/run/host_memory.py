@@ -25,7 +25,6 @@ from collections.abc import Iterable
 import torch
 
 from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
-from ..tasks import registry
 from .host_runner import HostModule, Memory, Range, Tensor
 
 
@@ -83,36 +82,24 @@ class GuardedTensors:
         self._release()
 
     def task_memory(self, graph: CompiledGraph, task: TaskInfo) -> Memory:
-        """The tensors, and the ranges ``task`` may read and write, for slice checking (and, for a
-        task that waits for its inputs in its body, what it may read before that wait)."""
+        """The tensors, and the ranges ``task`` may read and write, for slice checking."""
         shapes = {t.name: t.shape for t in graph.tensors}
         scratch = {t.name for t in graph.tensors if t.kind == "workspace"}  # the layer's own, passed as inputs
         layer = graph.layers[task.layer]
         writable = [r for s in task.outputs for r in self._runs(s, shapes[s.tensor])]
         writable += [r for s in task.inputs if s.tensor in scratch for r in self._runs(s, shapes[s.tensor])]
-        meta = [
+        readable = writable + [r for s in task.inputs for r in self._runs(s, shapes[s.tensor])]
+        readable += [
             (self.pointers[n], self.pointers[n] + v.numel() * v.element_size())
             for n, v in self.views.items()
             if n.startswith("meta.")
         ]
-        readable = writable + [r for s in task.inputs for r in self._runs(s, shapes[s.tensor])] + meta
-        early = None
-        if registry.get(layer.task).waits_in_body:  # no layer writes these: they are there before any wait
-            early = _ranges(
-                [r for s in task.inputs if s.tensor not in self._written for r in self._runs(s, shapes[s.tensor])] + meta
-            )
         ins = ", ".join(_slice_text(s) for s in task.inputs) or "nothing"
         outs = ", ".join(_slice_text(s) for s in task.outputs) or "nothing"
         if any(s.tensor in scratch for s in task.inputs):
             outs += " (and its layer's workspace)"
         text = f"{task.label} of layer {layer.name} reads {ins} (and the meta tensors) and writes {outs}"
-        return Memory(
-            tensors=self.table,
-            readable=_ranges(readable),
-            writable=_ranges(writable),
-            slices=text.encode(),
-            early_readable=early,
-        )
+        return Memory(tensors=self.table, readable=_ranges(readable), writable=_ranges(writable), slices=text.encode())
 
     def _runs(self, s: SliceRef, shape: tuple[int, ...]) -> list[tuple[int, int]]:
         view = self.views[s.tensor]

@@ -56,11 +56,8 @@ class Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
         ("readable", C.POINTER(Range)),
         ("writable", C.POINTER(Range)),
         ("num_writable", C.c_int32),
-        ("waits_in_body", C.c_int32),
-        ("slices", C.c_char_p),
-        ("early_readable", C.POINTER(Range)),
-        ("num_early_readable", C.c_int32),
         ("reserved", C.c_int32),
+        ("slices", C.c_char_p),
     ]
 
 
@@ -68,15 +65,12 @@ class Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
 class Memory:
     """What a run may address besides shared memory (see ``Memory`` in block_runner.h): the tensors,
     named in reports, and, for slice checking, the byte ranges the task may read and write (sorted,
-    disjoint) with ``slices`` saying the same in words. The ctypes arrays are kept here. A task that
-    waits for its inputs in its body (TaskSpec.waits_in_body) may read only ``early_readable`` before
-    that wait."""
+    disjoint) with ``slices`` saying the same in words. The ctypes arrays are kept here."""
 
     tensors: C.Array | None = None
     readable: C.Array | None = None
     writable: C.Array | None = None
     slices: bytes = b""
-    early_readable: C.Array | None = None
 
     def fill(self, opts: Options, check_slices: bool) -> None:
         if self.tensors is not None:
@@ -86,9 +80,6 @@ class Memory:
             opts.readable, opts.num_readable = self.readable, len(self.readable)
             opts.writable, opts.num_writable = self.writable, len(self.writable)
             opts.slices = self.slices
-            if self.early_readable is not None:
-                opts.waits_in_body = 1
-                opts.early_readable, opts.num_early_readable = self.early_readable, len(self.early_readable)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import archs
 from ..dtypes import FLOATING
-from ..errors import ConfigError, DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError
 from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 
 
@@ -35,11 +35,6 @@ def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
             raise DTypeError(f"{name}: {arg} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
 
 
-def check_prefetch(name: str, values: dict[str, Any]) -> None:
-    if not isinstance(values["prefetch_weights"], bool):
-        raise ConfigError(f"{name}: prefetch_weights={values['prefetch_weights']!r} must be True or False")
-
-
 @register_task
 class Linear(TaskSpec):
     name = "linear"
@@ -50,19 +45,13 @@ class Linear(TaskSpec):
     headers = {arch: "common/linear.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::linear"
     smem_function = "mpk::tasks::linear_smem_bytes"
-    waits_in_body = True  # its weight slice is fetched while it waits for the input (linear.cuh)
-    options = {"prefetch_weights": True}
     reference = "linear"
     doc = """output = input @ weight.T, accumulated in fp32. input is (batch, in_features), weight
     (out_features, in_features), output (batch, out_features); grid x splits out_features, so each
-    task streams its rows of the weight once (tensor cores for bf16 / fp16). With
-    prefetch_weights (the default) a task's weight slice of up to 48 KB is fetched into shared memory
-    while it waits for its input; turn it off after a latency-bound layer (decode attention) whose
-    tail the early fetches would slow down."""
+    task streams its rows of the weight once (tensor cores for bf16 / fp16)."""
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         check_linear(self.name, args, residual=self.residual)
-        check_prefetch(self.name, values)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, k = s["input"].shape
@@ -73,7 +62,6 @@ class Linear(TaskSpec):
             s["weight"].shape[0],
             s["output"].full_shape[1],
             "true" if self.residual else "false",
-            "true" if values["prefetch_weights"] else "false",
         ]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:

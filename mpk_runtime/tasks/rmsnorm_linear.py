@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DTypeError
-from .linear import Linear, check_linear, check_prefetch
+from .linear import Linear, check_linear
 from .registry import Arg, SliceInfo, register_task, split, whole
 from .rmsnorm import check_eps, check_norm_weight
 
@@ -36,7 +36,6 @@ class RMSNormLinear(Linear):
         if nw.dtype is not x.dtype:
             raise DTypeError(f"{self.name}: norm_weight is {nw.dtype.short} but input is {x.dtype.short}; use one dtype")
         check_eps(self.name, values["eps"])
-        check_prefetch(self.name, values)
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         return super().cost_ns(s) + 200.0  # the rows' sum of squares

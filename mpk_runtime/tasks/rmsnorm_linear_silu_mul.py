@@ -7,7 +7,6 @@ from typing import Any
 
 from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
-from .linear import check_prefetch
 from .registry import Arg, SliceInfo, register_task, split, whole
 from .rmsnorm import check_eps, check_norm_weight
 from .rmsnorm_linear import RMSNormLinear
@@ -52,9 +51,7 @@ class RMSNormLinearSiluMul(RMSNormLinear):
                 raise DTypeError(f"{self.name}: {arg} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
         check_norm_weight(self.name, "norm_weight", args["norm_weight"].tensor, x)
         check_eps(self.name, values["eps"])
-        check_prefetch(self.name, values)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, k = s["input"].shape
-        prefetch = "true" if values["prefetch_weights"] else "false"
-        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1], prefetch]
+        return [s["input"].dtype.cpp, batch, k, s["weight"].shape[0], s["output"].full_shape[1]]

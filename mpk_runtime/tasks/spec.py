@@ -61,11 +61,6 @@ class TaskSpec:
     # constexpr C++ function, same template arguments as `function`, giving the dynamic shared
     # memory a variant needs (None: none); the build sizes the kernel's for the hungriest variant.
     smem_function: ClassVar[str | None] = None
-    # The body waits for the task's dependency itself (Runtime::wait_for_inputs, task_api.cuh), after
-    # starting what needs no producer, such as the loads of its weights; the worker does not wait
-    # first. A race-checking emulation reports any access before that wait but reads of tensors no
-    # layer writes (weights) and of the meta tensors.
-    waits_in_body: ClassVar[bool] = False
     reference: ClassVar[str | None] = None  # function in reference/<name>/pytorch_reference.py
     doc: ClassVar[str] = ""
     # A task that exchanges data with the same task on the other ranks (e.g. the all-reduce): the

@@ -42,7 +42,7 @@ class GraphBuilder:
         return self._layer("rmsnorm", {"input": x, "weight": w, "output": y, "eps": eps}, grid)
 
     def linear(self, x: DTensor, w: DTensor, y: DTensor, grid: int = 1) -> Layer:
-        return self._layer("linear", {"input": x, "weight": w, "output": y, "prefetch_weights": True}, grid)
+        return self._layer("linear", {"input": x, "weight": w, "output": y}, grid)
 
     def tasks_of(self, layer: Layer) -> list[int]:
         return list(range(layer.first_task, layer.first_task + layer.num_tasks))

@@ -46,14 +46,7 @@ def includes(source: str) -> list[str]:
 
 
 def dispatcher_cases(source: str) -> list[str]:
-    body = source[source.index("execute_task(") : source.index("waits_in_body(")]
-    return re.findall(r"^    case (\d+):", body, re.M)
-
-
-def waiting_variants(source: str) -> list[str]:
-    """The variants the generated waits_in_body() answers true for."""
-    body = source[source.index("bool waits_in_body(") :]
-    body = body[: body.index("\n}\n")]
+    body = source[source.index("execute_task(") :]
     return re.findall(r"^    case (\d+):", body, re.M)
 
 
@@ -126,19 +119,6 @@ def test_one_case_per_distinct_variant():
     assert calls[2] == "mpk::tasks::noop<1, 0, 1, 0, false>(task, rt);"
     assert of_layer == {0: 0, 1: 0, 2: 1, 3: 2}
     assert dispatcher_cases(codegen.generate(variants, "sm80")) == ["0", "1", "2"]
-
-
-def test_the_worker_is_told_which_variants_wait_for_their_inputs_in_the_body():
-    """linear's body waits itself (TaskSpec.waits_in_body) after starting its weights' copies; the
-    worker must not wait before it. The generated waits_in_body() names exactly those variants."""
-    g = rmsnorm_chain(batch=4, hidden=1024, grid=4)  # x0 -> x1
-    w = g.tensor("lw", rows=512, cols=1024, dtype=torch.bfloat16)
-    y = g.tensor("ly", rows=4, cols=512, dtype=torch.bfloat16)
-    g.linear(g.graph.tensors["x1"], w, y, grid=4)
-    variants, _ = collect_variants(g.graph)
-    assert [v.spec.name for v in variants] == ["rmsnorm", "linear"]
-    assert waiting_variants(codegen.generate(variants, "sm90")) == ["1"]
-    assert "bool waits_in_body(uint32_t variant) {\n  return false;\n}" in source_of(rmsnorm_chain())
 
 
 def test_many_layers_of_one_variant_are_summarised_in_the_comment():

@@ -93,34 +93,3 @@ def test_too_many_workers_is_an_error_before_launch(make_pk):
     )
     with pytest.raises(mpk.CoResidencyError, match=f"num_workers={2 * sms}"):
         pk.compile()
-
-
-def test_a_body_that_waits_for_its_input_itself_is_stopped_and_named(make_pk):
-    """linear waits for its input inside its body (TaskSpec.waits_in_body), after starting its
-    weights' copies: a stop during that wait ends the launch the same way, names the task, and the
-    kernel runs again once the dependency can be met."""
-    pk = make_pk(placement="round_robin", watchdog_timeout=0.5, max_num_batched_tokens=1)
-    bf = torch.bfloat16
-    x = pk.attach_input(torch.randn(1, 1024, dtype=bf, device="cuda"), "x")
-    nw = pk.attach_input(torch.rand(1024, dtype=bf, device="cuda") + 0.5, "nw")
-    xn = pk.attach_input(torch.zeros(1, 1024, dtype=bf, device="cuda"), "xn")
-    w = pk.attach_input(torch.randn(256, 1024, dtype=bf, device="cuda") / 32, "w")
-    y = pk.attach_input(torch.full((1, 256), -7.0, dtype=bf, device="cuda"), "y")
-    pk.rmsnorm_layer(input=x, weight=nw, output=xn, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
-    pk.linear_layer(input=xn, weight=w, output=y, grid_dim=(8, 1, 1), block_dim=pk.block_dim)
-    pk.compile()
-    blocked = 1  # the first linear task; its producer, the one RMSNorm task, counts once per iteration
-    pk._runner.device_graph.set_wait_count(blocked, 2)
-    pk()
-    with pytest.raises(mpk.WatchdogError) as info:
-        pk.synchronize(timeout=30)
-    msg = str(info.value)
-    assert "linear_0[0]" in msg and "waits in task 1" in msg, msg
-    assert info.value.record[0]["task"] == blocked
-
-    pk._runner.device_graph.set_wait_count(blocked, 1)
-    pk()
-    pk.synchronize(timeout=30)
-    xf = x.data.float()
-    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * nw.data.float()).to(bf)
-    torch.testing.assert_close(y.data, (normed.float() @ w.data.float().T).to(bf), rtol=2e-2, atol=5e-2)

@@ -7,13 +7,6 @@
 //   loaded with the same k permutation (see kmap below).
 // - Warps split K; each keeps RC row groups x U k-blocks of loads in flight; partial sums meet in
 //   shared memory once per chunk of RC*8 rows, where the residual is added and y is written.
-// - The task waits for its input itself (TaskSpec.waits_in_body): with prefetch_weights, a weight
-//   slice of up to 48 KB is first copied to shared memory with cp.async, each thread copying the
-//   16-byte pieces it will read (its own wait then makes them visible to it, no barrier), and only
-//   then does the task wait for x. The fetch overlaps that wait and the dependency hop; what is
-//   left after it is x's loads, the mma and the epilogue. Larger slices stream from global memory
-//   after the wait, as above: every SM then fetches at once anyway, and a larger flood of early
-//   requests delays whatever latency-bound layer still runs (measured: docs/PERFORMANCE.md).
 // - Shapes the fast path does not cover (fp32, K not a multiple of 32 per warp, ...) take a plain
 //   CUDA-core path: correct everywhere, fast nowhere.
 //
@@ -29,7 +22,6 @@
 #include <type_traits>
 
 #include "primitives/block.cuh"
-#include "primitives/cp_async.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
 #include "primitives/vec.cuh"
@@ -73,59 +65,38 @@ __host__ __device__ constexpr bool fast_path() {
   return kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
 }
 
-// Shared memory: one fp32 partial per warp, batch row and chunk row; rmsnorm_linear's sum of
-// squares per warp and batch row, then the rows' scales; rmsnorm_linear_silu_mul's gate and up
-// values of the whole slice ([batch][N_SLICE] floats); then the staged weights.
+// Where rmsnorm_linear_silu_mul keeps the gate and up values of its slice ([batch][N_SLICE] floats):
+// after rmsnorm_linear's shared memory.
 template <int BATCH, int N_SLICE>
 __host__ __device__ constexpr unsigned pre_offset() {
   unsigned const partial = kWorkerWarps * BATCH * largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
   return (partial + (kWorkerWarps + 1) * BATCH * 4 + 15) / 16 * 16;
 }
 
-template <int BATCH, int N_SLICE, bool GLU>
-__host__ __device__ constexpr unsigned stage_offset() {
-  return pre_offset<BATCH, N_SLICE>() + (GLU ? BATCH * N_SLICE * 4u : 0u);
-}
-
-constexpr unsigned kStageBytesMax = 48u << 10;
-// What a block may have of the arch's shared memory (227 KB; 163 KB on sm80), less the worker's own.
-constexpr unsigned kStageSmemLimit = (kTargetSm >= 90 ? 227u << 10 : 163u << 10) - (4u << 10);
-
-// Whether the weight slice goes to shared memory before the wait (see the top of this file).
-template <typename T, int BATCH, int K, int N_SLICE, bool GLU, bool PREFETCH>
-__host__ __device__ constexpr bool stages_weights() {
-  return PREFETCH && fast_path<T, BATCH, K, N_SLICE>() &&
-         static_cast<unsigned>(N_SLICE) * K * sizeof(T) <= kStageBytesMax &&
-         stage_offset<BATCH, N_SLICE, GLU>() + static_cast<unsigned>(N_SLICE) * K * sizeof(T) <= kStageSmemLimit;
-}
-
-template <typename T, int BATCH, int K, int N_SLICE, bool GLU, bool PREFETCH>
-__host__ __device__ constexpr unsigned smem_bytes() {
-  return stage_offset<BATCH, N_SLICE, GLU>() +
-         (stages_weights<T, BATCH, K, N_SLICE, GLU, PREFETCH>() ? static_cast<unsigned>(N_SLICE) * K * sizeof(T) : 0u);
-}
-
 }  // namespace linear_detail
 
-// Dynamic shared memory of a variant (same template arguments as linear).
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool PREFETCH>
+// Dynamic shared memory of a variant (same template arguments as linear): one fp32 partial per
+// warp, batch row and chunk row.
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 constexpr unsigned linear_smem_bytes() {
-  return linear_detail::smem_bytes<T, BATCH, K, N_SLICE, false, PREFETCH>();
+  return kWorkerWarps * BATCH * linear_detail::largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
 }
 
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool PREFETCH>
+// rmsnorm_linear's: linear's, then each warp's sum of squares per batch row, then the rows' scales.
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 constexpr unsigned rmsnorm_linear_smem_bytes() {
-  return linear_detail::smem_bytes<T, BATCH, K, N_SLICE, false, PREFETCH>();
+  return linear_smem_bytes<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL>() + (kWorkerWarps + 1) * BATCH * 4;
 }
 
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool PREFETCH>
+// rmsnorm_linear_silu_mul's: rmsnorm_linear's, then the slice's gate and up values.
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE>
 constexpr unsigned rmsnorm_linear_silu_mul_smem_bytes() {
-  return linear_detail::smem_bytes<T, BATCH, K, N_SLICE, true, PREFETCH>();
+  return linear_detail::pre_offset<BATCH, N_SLICE>() + BATCH * N_SLICE * 4u;
 }
 
 namespace linear_detail {
 
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool NORM, bool GLU, bool PREFETCH>
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool NORM, bool GLU>
 __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const &rt) {
   static_assert(BATCH >= 1 && K >= 1 && N_SLICE >= 1, "linear needs a non-empty problem");
   static_assert(!(NORM && RESIDUAL), "rmsnorm_linear has no residual");
@@ -154,24 +125,6 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
     float *squares = partial + kWorkerWarps * BATCH * RC * 8;  // NORM: [warp][batch]
     int const k_begin = warp * KW;
 
-    // Staged: piece (chunk, k block, row group) of this thread at [(chunk * NKB + kb) * RC + rc][thread].
-    constexpr bool kStage = stages_weights<T, BATCH, K, N_SLICE, GLU, PREFETCH>();
-    uint4 *stage = reinterpret_cast<uint4 *>(dynamic_smem + stage_offset<BATCH, N_SLICE, GLU>());
-    auto piece = [&](int chunk, int kb, int rc) {
-      return ((chunk * NKB + kb) * RC + rc) * kWorkerThreads + threadIdx.x;
-    };
-    if constexpr (kStage) {
-      for (int chunk = 0; chunk < GROUPS / RC; ++chunk)
-        for (int kb = 0; kb < NKB; ++kb)
-#pragma unroll
-          for (int rc = 0; rc < RC; ++rc)
-            cp_async_16(&stage[piece(chunk, kb, rc)],
-                        w + static_cast<size_t>(chunk * RC * 8 + rc * 8 + g) * K + k_begin + kb * 32 + 8 * t);
-      cp_async_commit();
-    }
-    if (!rt.wait_for_inputs(task)) return;
-    if constexpr (kStage) cp_async_wait_all();  // this thread's pieces, which only it reads
-
     for (int chunk = 0; chunk < GROUPS / RC; ++chunk) {
       float acc[RC][MT][4] = {};
       float ss_lo[MT] = {}, ss_hi[MT] = {};  // NORM: this lane's x^2 of rows m*16+g (+8); chunk 0's are kept
@@ -184,8 +137,7 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
         for (int u = 0; u < U; ++u) {
           int const k = k_begin + (kb + u) * 32 + 8 * t;
 #pragma unroll
-          for (int rc = 0; rc < RC; ++rc)
-            wv[u][rc] = kStage ? stage[piece(chunk, kb + u, rc)] : ld_stream_16(wrow + rc * 8 * K + (kb + u) * 32);
+          for (int rc = 0; rc < RC; ++rc) wv[u][rc] = ld_stream_16(wrow + rc * 8 * K + (kb + u) * 32);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             int const b_lo = m * 16 + g, b_hi = b_lo + 8;
@@ -264,7 +216,6 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
     }
   } else {
     // Plain path: a warp per output row at a time, lanes across k (NORM: the rows' scales first).
-    if (!rt.wait_for_inputs(task)) return;
     int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     float *scale = reinterpret_cast<float *>(dynamic_smem);  // NORM: [batch]
     if constexpr (NORM) {
@@ -311,15 +262,14 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
 
 }  // namespace linear_detail
 
-// PREFETCH (the layer's prefetch_weights): stage a small weight slice before the wait (top of file).
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool PREFETCH>
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 __device__ __forceinline__ void linear(TaskDesc const &task, Runtime const &rt) {
-  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, false, false, PREFETCH>(task, rt);
+  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, false, false>(task, rt);
 }
 
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL, bool PREFETCH>
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 __device__ __forceinline__ void rmsnorm_linear(TaskDesc const &task, Runtime const &rt) {
-  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, true, false, PREFETCH>(task, rt);
+  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL, true, false>(task, rt);
 }
 
 // A decoder's gate / up projection of the normalized rows with the SiLU-mul folded in: y =
@@ -327,9 +277,9 @@ __device__ __forceinline__ void rmsnorm_linear(TaskDesc const &task, Runtime con
 // then the matching up rows (shuffle_tensors with one group per task); each value is rounded to T
 // as the gate / up output would be, then SiLU-mul runs in fp32 as silu_mul does. That saves the
 // SiLU-mul task, its dependency hop and the (batch, 2 * I) intermediate.
-template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool PREFETCH>
+template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE>
 __device__ __forceinline__ void rmsnorm_linear_silu_mul(TaskDesc const &task, Runtime const &rt) {
-  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, false, true, true, PREFETCH>(task, rt);
+  linear_detail::linear_body<T, BATCH, K, N_SLICE, OUT_STRIDE, false, true, true>(task, rt);
 }
 
 }  // namespace tasks

@@ -48,10 +48,6 @@ KERNELS = [
     "divides_by_zero",
     "overflows_its_stack",
     "prefetch_past_end",
-    "weight_before_wait",
-    "input_before_wait",
-    "cp_async_of_input_before_wait",
-    "output_before_wait",
 ]
 
 

@@ -152,48 +152,6 @@ __device__ void cp_async_early_read(TaskDesc const &task, Runtime const &) {
   cp_async_wait_all();
 }
 
-// Bodies that wait for their inputs themselves (TaskSpec.waits_in_body). Their one tensor holds a
-// weight (words [0, N): no layer writes it), an input a producer writes ([N, 2N)) and the output
-// ([2N, 3N)). Before rt.wait_for_inputs only the weight may be read; the first does it right.
-__device__ void weight_before_wait(TaskDesc const &task, Runtime const &rt) {
-  uint32_t *buf = task.output<uint32_t>(0);
-  uint32_t *s = reinterpret_cast<uint32_t *>(dynamic_smem);
-  int const t = threadIdx.x;
-  uint32_t const w = buf[t];
-  if (t % 4 == 0) cp_async_16(s + t, buf + t);
-  cp_async_commit();
-  if (!rt.wait_for_inputs(task)) return;
-  cp_async_wait_all();
-  buf[2 * kWorkerThreads + t] = w + buf[kWorkerThreads + t] + (t % 4 == 0 ? s[t] : 0u);  // its own copy only
-}
-
-__device__ void input_before_wait(TaskDesc const &task, Runtime const &rt) {
-  uint32_t *buf = task.output<uint32_t>(0);
-  int const t = threadIdx.x;
-  uint32_t const x = buf[kWorkerThreads + t];  // @input-before-wait
-  if (!rt.wait_for_inputs(task)) return;
-  buf[2 * kWorkerThreads + t] = buf[t] + x;
-}
-
-__device__ void cp_async_of_input_before_wait(TaskDesc const &task, Runtime const &rt) {
-  uint32_t *buf = task.output<uint32_t>(0);
-  uint32_t *s = reinterpret_cast<uint32_t *>(dynamic_smem);
-  int const t = threadIdx.x;
-  if (t % 4 == 0) cp_async_16(s + t, buf + kWorkerThreads + t);  // @cp-async-of-input
-  cp_async_commit();
-  if (!rt.wait_for_inputs(task)) return;
-  cp_async_wait_all();
-  buf[2 * kWorkerThreads + t] = s[t / 4 * 4];
-}
-
-__device__ void output_before_wait(TaskDesc const &task, Runtime const &rt) {
-  uint32_t *buf = task.output<uint32_t>(0);
-  int const t = threadIdx.x;
-  buf[2 * kWorkerThreads + t] = buf[t];  // @output-before-wait
-  if (!rt.wait_for_inputs(task)) return;
-  buf[2 * kWorkerThreads + t] += buf[kWorkerThreads + t];
-}
-
 // Lanes 16-31 of warp 0 leave before the warp's mma.
 __device__ void mma_half_warp(TaskDesc const &task, Runtime const &) {
   if (threadIdx.x >= 16 && threadIdx.x < 32) return;

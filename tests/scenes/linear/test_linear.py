@@ -15,10 +15,7 @@ class TestLinear(SceneTestCase):
         Case("b7_k512_n512_t4", batch=7, k=512, n=512, tasks=4),  # odd batch, 128 rows a task
         Case("b24_k1024_n256", batch=24, k=1024, n=256, tasks=8),  # two 16-row batch tiles
         Case("b2_k200_n96", batch=2, k=200, n=96, tasks=3),  # shapes off the tensor-core path
-        # slices of up to 48 KB are fetched into shared memory before the wait (an o_proj's, a down's)
-        Case("b1_k2048_n1024_staged", batch=1, k=2048, n=1024, tasks=128),
-        Case("b8_k3072_n1024_staged", batch=8, k=3072, n=1024, tasks=128),
-        Case("b1_k2048_n1024_not_prefetched", batch=1, k=2048, n=1024, tasks=128, prefetch=False),
+        Case("b1_k2048_n1024_t128", batch=1, k=2048, n=1024, tasks=128),  # a decoder's o_proj: 8 rows a task
         Case("b1_k4096_n12288", batch=1, k=4096, n=12288, tasks=96),
         Case("b16_k4096_n12288", batch=16, k=4096, n=12288, tasks=128, manual=True),
     ]
@@ -45,7 +42,6 @@ class TestLinear(SceneTestCase):
             output=t.output,
             grid_dim=(params["tasks"], 1, 1),
             block_dim=pk.block_dim,
-            prefetch_weights=params.get("prefetch", True),
         )
 
 

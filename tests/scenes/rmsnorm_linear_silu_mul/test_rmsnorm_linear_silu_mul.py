@@ -1,6 +1,6 @@
 """Scene tests of rmsnorm_linear_silu_mul (golden: reference/rmsnorm_linear_silu_mul/pytorch_reference.py,
 from the unshuffled gate and up weights): the tensor-core path (one and two m16 batch tiles, slices of
-one and several 8-row chunks, staged and streamed weights) and the plain path."""
+one and several 8-row chunks) and the plain path."""
 
 import torch
 from hypothesis import strategies as st
@@ -17,8 +17,8 @@ class TestRMSNormLinearSiluMul(SceneTestCase):
         Case("b1_h1024_i3072", batch=1, k=1024, inter=3072, tasks=128),  # the 0.6B model's MLP
         Case("b8_h2048_i1024", batch=8, k=2048, inter=1024, tasks=16),
         Case("b24_two_tiles", batch=24, k=1024, inter=256, tasks=4),
-        Case("b4_staged", batch=4, k=1024, inter=512, tasks=64),  # 32 KB slices: fetched before the wait
-        Case("b2_streamed", batch=2, k=4096, inter=256, tasks=2),  # 256 KB slices: past the staging limit
+        Case("b4_t64", batch=4, k=1024, inter=512, tasks=64),  # 16 rows a task: 8 gate, 8 up
+        Case("b2_k4096_t2", batch=2, k=4096, inter=256, tasks=2),  # 256 rows a task
         Case("b3_plain_path", batch=3, k=100, inter=40, tasks=5),
     ]
     SWEEP = {
