@@ -65,11 +65,28 @@ __host__ __device__ constexpr bool fast_path() {
   return kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
 }
 
+// Row groups of 8 a chunk streams at once. A decoder's slices are small (one to six groups of a
+// few thousand k): at batch <= 16 all of a slice's groups (up to 8) go in one chunk, so the task
+// waits for memory once, not once per chunk of 4 (a 48-row slice took two rounds of loads).
+template <int BATCH, int N_SLICE>
+__host__ __device__ constexpr int row_groups_per_chunk() {
+  return BATCH <= 16 && N_SLICE / 8 >= 1 && N_SLICE / 8 <= 8 ? N_SLICE / 8 : largest_divisor_up_to(N_SLICE / 8, 4);
+}
+
+// k blocks of 32 a warp keeps in flight. A slice of one or two row groups (a decoder's o_proj and
+// down: 8 rows of 2048 or 3072) takes as many as the registers allow for its weight fragments (RC
+// a k block) and x's (2), so that it is one round of loads, not three; wider chunks keep 4 (more
+// measured no better for the 4096 x 12288 MLP's down projection).
+template <int MT, int RC, int NKB>
+__host__ __device__ constexpr int k_blocks_in_flight() {
+  return largest_divisor_up_to(NKB, MT == 1 ? (RC <= 2 ? 36 / (RC + 2) : 4) : (MT == 2 ? 2 : 1));
+}
+
 // Where rmsnorm_linear_silu_mul keeps the gate and up values of its slice ([batch][N_SLICE] floats):
 // after rmsnorm_linear's shared memory.
 template <int BATCH, int N_SLICE>
 __host__ __device__ constexpr unsigned pre_offset() {
-  unsigned const partial = kWorkerWarps * BATCH * largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
+  unsigned const partial = kWorkerWarps * BATCH * row_groups_per_chunk<BATCH, N_SLICE>() * 8 * 4;
   return (partial + (kWorkerWarps + 1) * BATCH * 4 + 15) / 16 * 16;
 }
 
@@ -79,7 +96,7 @@ __host__ __device__ constexpr unsigned pre_offset() {
 // warp, batch row and chunk row.
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
 constexpr unsigned linear_smem_bytes() {
-  return kWorkerWarps * BATCH * linear_detail::largest_divisor_up_to(N_SLICE / 8, 4) * 8 * 4;
+  return kWorkerWarps * BATCH * linear_detail::row_groups_per_chunk<BATCH, N_SLICE>() * 8 * 4;
 }
 
 // rmsnorm_linear's: linear's, then each warp's sum of squares per batch row, then the rows' scales.
@@ -114,11 +131,10 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
   if constexpr (kFast) {
     constexpr int MT = (BATCH + 15) / 16;  // 16-row batch tiles
     constexpr int GROUPS = N_SLICE / 8;
-    constexpr int RC = linear_detail::largest_divisor_up_to(GROUPS, 4);  // row groups per chunk
+    constexpr int RC = row_groups_per_chunk<BATCH, N_SLICE>();
     constexpr int KW = K / kWorkerWarps;                                // k range of one warp
     constexpr int NKB = KW / 32;                                        // 32-wide k blocks per warp
-    constexpr int U_MAX = MT == 1 ? 4 : (MT == 2 ? 2 : 1);               // registers bound the loads in flight
-    constexpr int U = linear_detail::largest_divisor_up_to(NKB, U_MAX);  // k blocks in flight
+    constexpr int U = k_blocks_in_flight<MT, RC, NKB>();
     int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     int const g = lane / 4, t = lane % 4;
     float *partial = reinterpret_cast<float *>(dynamic_smem);  // [warp][batch][RC * 8]
