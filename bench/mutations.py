@@ -137,6 +137,15 @@ MUTATIONS: list[Mutation] = [
         LINEAR_SILU,
     ),
     M(
+        "linear-silu-mul-inactive-rows",
+        "inactive tokens",
+        "rmsnorm_linear_silu_mul writes BATCH rows instead of the active rows",
+        "tasks/common/linear.cuh",
+        "for (int i = threadIdx.x; i < rows * HALF; i += kWorkerThreads) {",
+        "for (int i = threadIdx.x; i < BATCH * HALF; i += kWorkerThreads) {",
+        LINEAR_SILU,
+    ),
+    M(
         "linear-plain-k-off-by-one",
         "off-by-one bound",
         "plain path sums k < K - 1: the last column is dropped",

@@ -6,7 +6,7 @@ import torch
 from hypothesis import strategies as st
 
 from mpk_runtime.harness import find_reference
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, Expected, Out, SceneTestCase, active_tokens, scene_test
 
 rmsnorm_linear_silu_mul = find_reference("rmsnorm_linear_silu_mul")
 
@@ -54,6 +54,25 @@ class TestRMSNormLinearSiluMul(SceneTestCase):
     def compute_golden(self, args, params):
         weight = torch.cat([args.w_gate, args.w_up])  # one group: [gate | up]
         return {"output": rmsnorm_linear_silu_mul(args.input, weight, args.norm_weight)}
+
+
+@scene_test(layer="rmsnorm_linear_silu_mul")
+class TestRMSNormLinearSiluMulActiveTokens(TestRMSNormLinearSiluMul):
+    """A batch of max_num_batched_tokens rows with fewer active tokens: only those rows are
+    computed and written, on the tensor-core and the plain path."""
+
+    CASES = [
+        Case("b16_active5", batch=16, k=1024, inter=512, tasks=16, active=5),
+        Case("b3_active1_plain_path", batch=3, k=100, inter=40, tasks=5, active=1),
+    ]
+    SWEEP = {}
+
+    def kernel_params(self, params):
+        return active_tokens(params["batch"], params["active"])
+
+    def compute_golden(self, args, params):
+        value = super().compute_golden(args, params)["output"]
+        return Expected(value, written=torch.arange(params["batch"]) < params["active"])
 
 
 if __name__ == "__main__":
