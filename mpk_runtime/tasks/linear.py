@@ -10,7 +10,8 @@ from ..errors import DTypeError, ShapeError
 from .registry import Arg, SliceInfo, TaskSpec, register_task, split, whole
 
 
-def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
+def check_linear(name: str, args: dict[str, Arg], residual: bool, out_features: int | None = None) -> None:
+    """``out_features``: the output's columns, if not the weight's rows (a fused gate / up projection)."""
     x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
     if x.num_dims != 2 or w.num_dims != 2:
         raise ShapeError(
@@ -19,7 +20,7 @@ def check_linear(name: str, args: dict[str, Arg], residual: bool) -> None:
         )
     if w.shape[1] != x.shape[1]:
         raise ShapeError(f"{name}: weight {w.shape} must have in_features={x.shape[1]} columns to match input {x.shape}")
-    want = (x.shape[0], w.shape[0])
+    want = (x.shape[0], w.shape[0] if out_features is None else out_features)
     if y.shape != want:
         raise ShapeError(f"{name}: output must be (batch, out_features) = {want}, got {y.shape}")
     named = [("input", x), ("weight", w), ("output", y)]

@@ -30,12 +30,16 @@ class RMSNormLinear(Linear):
     projection, the lm head)."""
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
-        check_linear(self.name, args, residual=False)
+        check_linear(self.name, args, residual=False, out_features=self.out_features(args["weight"].tensor))
         x, nw = args["input"].tensor, args["norm_weight"].tensor
         check_norm_weight(self.name, "norm_weight", nw, x)
         if nw.dtype is not x.dtype:
             raise DTypeError(f"{self.name}: norm_weight is {nw.dtype.short} but input is {x.dtype.short}; use one dtype")
         check_eps(self.name, values["eps"])
+
+    def out_features(self, weight: Any) -> int:
+        """The output's columns for ``weight`` (its rows; a subclass may fuse them)."""
+        return weight.shape[0]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         return super().cost_ns(s) + 200.0  # the rows' sum of squares

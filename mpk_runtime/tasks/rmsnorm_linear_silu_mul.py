@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import FLOATING
-from ..errors import DTypeError, ShapeError
+from ..errors import ShapeError
 from .registry import Arg, SliceInfo, register_task, split, whole
-from .rmsnorm import check_eps, check_norm_weight
 from .rmsnorm_linear import RMSNormLinear
 
 
@@ -33,24 +31,16 @@ class RMSNormLinearSiluMul(RMSNormLinear):
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
-        if x.num_dims != 2 or w.num_dims != 2 or y.num_dims != 2:
-            raise ShapeError(
-                f"{self.name}: input must be (batch, hidden), weight (2 * inter, hidden) and output (batch, inter); "
-                f"got input {x.shape}, weight {w.shape}, output {y.shape}"
-            )
-        if w.shape[1] != x.shape[1]:
-            raise ShapeError(f"{self.name}: weight {w.shape} must have in_features={x.shape[1]} columns to match input {x.shape}")
-        if y.shape != (x.shape[0], w.shape[0] // 2) or w.shape[0] % 2:
+        if w.shape[0] % 2 or (y.num_dims == 2 and 2 * y.shape[1] != w.shape[0]):  # the gate / up layout, with its fix
             raise ShapeError(
                 f"{self.name}: output must be (batch, inter) = {(x.shape[0], w.shape[0] // 2)} for weight {w.shape} "
                 f"(gate and up rows), got {y.shape}; build the weight with pk.shuffle_tensors([w_gate, w_up], "
                 f"shuffled_dim=0, num_groups=grid x)"
             )
-        for arg, t in (("weight", w), ("output", y), ("norm_weight", args["norm_weight"].tensor)):
-            if t.dtype.torch not in FLOATING or t.dtype is not x.dtype:
-                raise DTypeError(f"{self.name}: {arg} is {t.dtype.short} but input is {x.dtype.short}; use one dtype")
-        check_norm_weight(self.name, "norm_weight", args["norm_weight"].tensor, x)
-        check_eps(self.name, values["eps"])
+        super().check(args, values, grid)  # rmsnorm_linear's, with inter output columns
+
+    def out_features(self, weight: Any) -> int:
+        return weight.shape[0] // 2
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         batch, k = s["input"].shape

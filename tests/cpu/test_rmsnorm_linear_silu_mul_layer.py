@@ -33,11 +33,8 @@ def layer(pk, batch=4, k=1024, inter=256, w_rows=None, w_cols=None, out_shape=No
         ),
         (dict(w_rows=513), ShapeError, r"output must be \(batch, inter\) = \(4, 256\) for weight \(513, 1024\)"),
         (dict(w_cols=512), ShapeError, r"weight \(512, 512\) must have in_features=1024 columns to match input \(4, 1024\)"),
-        (
-            dict(out_shape=(4, 256, 1)),
-            ShapeError,
-            r"output \(batch, inter\); got input \(4, 1024\), weight \(512, 1024\), output",
-        ),
+        (dict(out_shape=(4, 256, 1)), ShapeError, r"output must be \(batch, out_features\) = \(4, 256\), got \(4, 256, 1\)"),
+        (dict(out_shape=(2, 256)), ShapeError, r"output must be \(batch, out_features\) = \(4, 256\), got \(2, 256\)"),
         (dict(dtype=torch.float16), DTypeError, r"weight is fp16 but input is bf16; use one dtype"),
         (dict(nw_shape=(512,)), ShapeError, r"norm_weight must have shape \(1024,\) to match input \(4, 1024\), got \(512,\)"),
         (dict(eps=-1.0), ConfigError, r"eps=-1.0 must be a positive number, e.g. 1e-6"),

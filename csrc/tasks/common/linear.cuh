@@ -60,11 +60,6 @@ __device__ __forceinline__ uint4 times_norm_weight(uint4 xv, uint4 nv, float &ss
   return o.u;
 }
 
-template <typename T, int BATCH, int K, int N_SLICE>
-__host__ __device__ constexpr bool fast_path() {
-  return kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
-}
-
 // Row groups of 8 a chunk streams at once. A decoder's slices are small (one to six groups of a
 // few thousand k): at batch <= 16 all of a slice's groups (up to 8) go in one chunk, so the task
 // waits for memory once, not once per chunk of 4 (a 48-row slice took two rounds of loads).
@@ -82,33 +77,25 @@ __host__ __device__ constexpr int k_blocks_in_flight() {
   return largest_divisor_up_to(NKB, MT == 1 ? (RC <= 2 ? 36 / (RC + 2) : 4) : (MT == 2 ? 2 : 1));
 }
 
-// Where rmsnorm_linear_silu_mul keeps the gate and up values of its slice ([batch][N_SLICE] floats):
-// after rmsnorm_linear's shared memory.
-template <int BATCH, int N_SLICE>
-__host__ __device__ constexpr unsigned pre_offset() {
-  unsigned const partial = kWorkerWarps * BATCH * row_groups_per_chunk<BATCH, N_SLICE>() * 8 * 4;
-  return (partial + (kWorkerWarps + 1) * BATCH * 4 + 15) / 16 * 16;
-}
-
 }  // namespace linear_detail
 
 // Dynamic shared memory of a variant (same template arguments as linear): one fp32 partial per
 // warp, batch row and chunk row.
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
-constexpr unsigned linear_smem_bytes() {
+__host__ __device__ constexpr unsigned linear_smem_bytes() {
   return kWorkerWarps * BATCH * linear_detail::row_groups_per_chunk<BATCH, N_SLICE>() * 8 * 4;
 }
 
 // rmsnorm_linear's: linear's, then each warp's sum of squares per batch row, then the rows' scales.
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE, bool RESIDUAL>
-constexpr unsigned rmsnorm_linear_smem_bytes() {
+__host__ __device__ constexpr unsigned rmsnorm_linear_smem_bytes() {
   return linear_smem_bytes<T, BATCH, K, N_SLICE, OUT_STRIDE, RESIDUAL>() + (kWorkerWarps + 1) * BATCH * 4;
 }
 
-// rmsnorm_linear_silu_mul's: rmsnorm_linear's, then the slice's gate and up values.
+// rmsnorm_linear_silu_mul's: rmsnorm_linear's, then the slice's gate and up values ([batch][N_SLICE]).
 template <typename T, int BATCH, int K, int N_SLICE, int OUT_STRIDE>
 constexpr unsigned rmsnorm_linear_silu_mul_smem_bytes() {
-  return linear_detail::pre_offset<BATCH, N_SLICE>() + BATCH * N_SLICE * 4u;
+  return rmsnorm_linear_smem_bytes<T, BATCH, K, N_SLICE, OUT_STRIDE, false>() + BATCH * N_SLICE * 4u;
 }
 
 namespace linear_detail {
@@ -125,9 +112,12 @@ __device__ __forceinline__ void linear_body(TaskDesc const &task, Runtime const 
   float const eps = NORM ? task.scalar_f(0) : 0.f;
   T *y = task.output<T>(0);
   int const rows = rt.active_rows(BATCH);
-  float *pre = reinterpret_cast<float *>(dynamic_smem + pre_offset<BATCH, N_SLICE>());  // GLU: [batch][N_SLICE]
+  // GLU: the slice's gate and up values, after rmsnorm_linear's shared memory
+  float *pre =
+      reinterpret_cast<float *>(dynamic_smem + rmsnorm_linear_smem_bytes<T, BATCH, K, N_SLICE, OUT_STRIDE, false>());
 
-  constexpr bool kFast = fast_path<T, BATCH, K, N_SLICE>();
+  constexpr bool kFast =
+      linear_detail::kTensorCoreType<T> && BATCH <= 64 && K % (32 * kWorkerWarps) == 0 && N_SLICE % 8 == 0;
   if constexpr (kFast) {
     constexpr int MT = (BATCH + 15) / 16;  // 16-row batch tiles
     constexpr int GROUPS = N_SLICE / 8;
