@@ -27,6 +27,7 @@ class DTensor:
         self.dtype = dtypes.lookup(data.dtype)
         self.strides = tuple(data.stride())
         self._layout = _layout(data)  # as attached: see check_unchanged
+        self._fingerprint = _fingerprint(data)
         self._graph_id = graph_id
         self.index = index
         self.read = False
@@ -50,11 +51,14 @@ class DTensor:
         """Give a placeholder its memory (a communication tensor's, when compile() maps the heap)."""
         self.data = data
         self._layout = _layout(data)
+        self._fingerprint = _fingerprint(data)
 
     def check_unchanged(self, when: str) -> None:
         """LayoutError if the tensor was changed in place since it was attached (``resize_``,
         ``set_``, ``as_strided_``, ...): the graph was cut, and the kernel holds pointers, for the
         tensor as it was, so it would leave elements unwritten or write outside the tensor."""
+        if _fingerprint(self.data) == self._fingerprint:
+            return
         now = _layout(self.data)
         if now != self._layout:
             was = self._layout
@@ -64,6 +68,14 @@ class DTensor:
                 f"{list(now[1])} at {now[2]:#x} (storage {now[3]} bytes, {now[4]}); the kernel was built for the tensor as "
                 f"attached: attach tensors in their final shape and do not resize_ / set_ them afterwards"
             )
+
+
+def _fingerprint(data: torch.Tensor) -> tuple:
+    """What every launch checks of every attached tensor, so it must be cheap: any in-place change
+    of the layout moves the address, the shape, the strides, the storage or the dtype. No strings and
+    no device object: a third of _layout's time (1.0 against 3.2 us a tensor on the 2-core CPU
+    machine), which a launch pays for every tensor of the graph."""
+    return (0 if data.is_meta else data.data_ptr(), data.shape, data.stride(), data.untyped_storage().nbytes(), data.dtype)
 
 
 def _layout(data: torch.Tensor) -> tuple:

@@ -38,8 +38,10 @@ def test_resized_before_compile(make_pk):
         lambda t: t.set_(torch.zeros(4, 256)),  # another storage
         lambda t: t.as_strided_((4, 128), (256, 1)),
         lambda t: t.t_(),
+        lambda t: t.untyped_storage().resize_(64),  # the storage shrunk under an unchanged shape
+        lambda t: setattr(t, "data", t.data.view(torch.int32)),  # same bytes, another dtype
     ],
-    ids=["shrunk", "set_", "as_strided_", "transposed"],
+    ids=["shrunk", "set_", "as_strided_", "transposed", "storage_shrunk", "dtype"],
 )
 def test_changed_between_compile_and_launch(make_pk, change):
     pk = rmsnorm(make_pk(90, test_mode=True, compile_only=False, emulate=True))
