@@ -54,6 +54,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kModeAll = 0, kModeKeys = 1, kModeTokens = 2;
 constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads in flight together)
 
+// The largest power of two <= n (n >= 1).
+__host__ __device__ constexpr int floor_pow2(int n) { return n < 2 ? 1 : 2 * floor_pow2(n / 2); }
+static_assert(floor_pow2(1) == 1 && floor_pow2(5) == 4 && floor_pow2(16) == 16, "floor_pow2");
+
 template <typename T, int D>
 struct Smem {
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
@@ -548,40 +552,70 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
     }
     __syncthreads();
     if (!*last_flag) return;
-    for (int idx = threadIdx.x; idx < rows * KC; idx += kWorkerThreads) {
-      int const row = idx / KC, c = idx % KC, token = row / G, head = row % G;
-      // A running maximum over groups of 8 splits: the group's loads go out together, and nothing
-      // branches on what they hold (a load behind such a test would wait for the one before).
-      // An empty split (lse -inf) weighs 0 and its stale values are never multiplied.
-      constexpr int kGroup = Z < 8 ? Z : 8;
-      float m = -INFINITY, acc[8] = {}, wsum = 0.f;
-      for (int z0 = 0; z0 < Z; z0 += kGroup) {
-        float lse[kGroup];
-        float4 a[kGroup], b[kGroup];
+    // P threads per (row, 16-byte chunk) when a decode's rows leave threads idle: each merges every
+    // P-th split, then the P partial merges combine through shuffles, so that the merger's loads
+    // go out in one round instead of one round per 8 splits.
+    auto merge = [&](auto threads_per_chunk) {
+      constexpr int P = decltype(threads_per_chunk)::value;
+      constexpr int kPer = (Z + P - 1) / P;  // splits a thread merges
+      // A running maximum over groups of up to 8 splits: the group's loads go out together, and
+      // nothing branches on what they hold (a load behind such a test would wait for the one
+      // before). An empty split (lse -inf) weighs 0 and its stale values are never multiplied.
+      constexpr int kGroup = kPer < 8 ? kPer : 8;
+      int const total = rows * KC * P;
+      for (int base = 0; base < total; base += kWorkerThreads) {  // whole warps: the shuffles below
+        int const idx = min(base + static_cast<int>(threadIdx.x), total - 1), q = idx % P;
+        int const row = idx / P / KC, c = idx / P % KC, token = row / G, head = row % G;
+        float m = -INFINITY, acc[8] = {}, wsum = 0.f;
+        for (int i0 = 0; i0 < kPer; i0 += kGroup) {
+          float lse[kGroup];
+          float4 a[kGroup], b[kGroup];
 #pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
-          float const *part = part_of(token, head, min(z0 + u, Z - 1));
-          lse[u] = z0 + u < Z ? part[D] : -INFINITY;
-          a[u] = reinterpret_cast<float4 const *>(part + c * 8)[0];
-          b[u] = reinterpret_cast<float4 const *>(part + c * 8)[1];
+          for (int u = 0; u < kGroup; ++u) {
+            int const zz = (i0 + u) * P + q;
+            float const *part = part_of(token, head, min(zz, Z - 1));
+            lse[u] = zz < Z ? part[D] : -INFINITY;
+            a[u] = reinterpret_cast<float4 const *>(part + c * 8)[0];
+            b[u] = reinterpret_cast<float4 const *>(part + c * 8)[1];
+          }
+#pragma unroll
+          for (int u = 0; u < kGroup; ++u) {
+            float const m_new = fmaxf(m, lse[u]);
+            bool const none = m_new == -INFINITY, empty = lse[u] == -INFINITY;
+            float const rescale = none ? 1.f : exp2f(m - m_new), f = empty ? 0.f : exp2f(lse[u] - m_new);
+            float const v[8] = {a[u].x, a[u].y, a[u].z, a[u].w, b[u].x, b[u].y, b[u].z, b[u].w};
+            wsum = wsum * rescale + f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] = acc[e] * rescale + (empty ? 0.f : f * v[e]);
+            m = m_new;
+          }
         }
 #pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
-          float const m_new = fmaxf(m, lse[u]);
-          bool const none = m_new == -INFINITY, empty = lse[u] == -INFINITY;
-          float const rescale = none ? 1.f : exp2f(m - m_new), f = empty ? 0.f : exp2f(lse[u] - m_new);
-          float const v[8] = {a[u].x, a[u].y, a[u].z, a[u].w, b[u].x, b[u].y, b[u].z, b[u].w};
-          wsum = wsum * rescale + f;
+        for (int o = 1; o < P; o *= 2) {  // the P threads of a chunk are adjacent lanes
+          float const m_o = __shfl_xor_sync(0xffffffffu, m, o), w_o = __shfl_xor_sync(0xffffffffu, wsum, o);
+          float const m_new = fmaxf(m, m_o);
+          float const f = m == -INFINITY ? 0.f : exp2f(m - m_new), f_o = m_o == -INFINITY ? 0.f : exp2f(m_o - m_new);
+          wsum = wsum * f + w_o * f_o;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[e] = acc[e] * rescale + (empty ? 0.f : f * v[e]);
+          for (int e = 0; e < 8; ++e) acc[e] = acc[e] * f + __shfl_xor_sync(0xffffffffu, acc[e], o) * f_o;
           m = m_new;
         }
-      }
-      float const inv = wsum > 0.f ? 1.f / wsum : 0.f;
+        float const inv = wsum > 0.f ? 1.f / wsum : 0.f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] *= inv;
-      store16(out + static_cast<int64_t>(p.q0 + token) * OUT_STRIDE + head * D + c * 8, acc);
-    }
+        for (int e = 0; e < 8; ++e) acc[e] *= inv;
+        if (q == 0 && base + static_cast<int>(threadIdx.x) < total)
+          store16(out + static_cast<int64_t>(p.q0 + token) * OUT_STRIDE + head * D + c * 8, acc);
+      }
+    };
+    // Threads per chunk: what a one-token decode's rows leave, at most one per split, a power of two
+    // (at most 32 with D >= 64: the P threads of a chunk stay within a warp, for the shuffles).
+    constexpr int kSpare = kWorkerThreads / (G * KC);
+    static_assert(kSpare <= kWarpSize, "paged_attention: the merger's threads of a chunk must fit a warp");
+    constexpr int kP = floor_pow2(kSpare < Z ? kSpare : Z);
+    if (rows * KC * kP <= kWorkerThreads)
+      merge(std::integral_constant<int, kP>{});
+    else
+      merge(std::integral_constant<int, 1>{});
   }
 }
 

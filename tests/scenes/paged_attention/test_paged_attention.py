@@ -37,6 +37,11 @@ class TestDecodeWithHistory(AttentionScene):
         case("b4_split4", requests=((37, 37), (64, 64), (15, 15), (100, 100)), splits=4),
         case("b1_long_split4", requests=((1, 700),), splits=4),
         case("b2_d64_g8", requests=((1, 90), (1, 33)), heads=8, kv_heads=1, head_dim=64, splits=2),
+        # 16 splits: the merger's threads share each chunk's splits (a short request leaves splits
+        # empty); with 8 q heads a kv head its rows leave fewer threads a chunk
+        case("b2_split16", requests=((40, 40), (500, 500)), splits=16),
+        case("b1_g8_split16", requests=((300, 300),), heads=8, kv_heads=1, splits=16),
+        case("b1_d64_split8", requests=((129, 129),), head_dim=64, splits=8),
     ]
 
     def check_batch(self, meta, params):
