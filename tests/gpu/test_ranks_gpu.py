@@ -1,7 +1,7 @@
 """Multi-rank scenes on the GPUs of one host, started by the plugin itself (plain pytest, no
 mpirun on the command line): a passing case, a rank that fails, a rank that hangs; each reported
-by name within the timeouts, and no rank process left behind. Needs 2 GPUs, mpirun and mpi4py; run
-it outside MPI (the plugin starts the ranks):
+by name within the timeouts, and no rank process left behind. At world sizes 2, 4 and 8, each where
+the host has that many GPUs; needs mpirun and mpi4py. Run it outside MPI (the plugin starts the ranks):
 
     python -m pytest tests/gpu/test_ranks_gpu.py -p mpk
 """
@@ -24,8 +24,8 @@ import torch
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
 
-@scene_test(layer="allreduce", world_size=2)
-class TestTwo(SceneTestCase):
+@scene_test(layer="allreduce", world_size=WORLD)
+class TestRanks(SceneTestCase):
     CASES = [Case("ok", fail=-1, hang=-1), Case("fails_on_1", fail=1, hang=-1), Case("hangs_on_1", fail=-1, hang=1)]
 
     def kernel_params(self, params):
@@ -44,18 +44,19 @@ class TestTwo(SceneTestCase):
         pk.allreduce_layer(t.input, buf, t.output, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
-        return (args.ranks[0].input.float() + args.ranks[1].input.float()).to(torch.bfloat16)
+        return sum(a.input.float() for a in args.ranks).to(torch.bfloat16)
 """
 
 
-def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pytester, world: int) -> None:
     if mpi_job() is not None:
         pytest.skip("starts its own MPI job: run it outside mpirun")
     if shutil.which("mpirun") is None:
         pytest.skip("needs mpirun")
-    if len(devices.session_gpus()) < 2:  # the session's GPUs: under xdist this worker sees only its own
-        pytest.skip(f"needs 2 GPUs, {len(devices.session_gpus())} in the session")
-    pytester.makepyfile(test_scene=SCENE)
+    if len(devices.session_gpus()) < world:  # the session's GPUs: under xdist this worker sees only its own
+        pytest.skip(f"needs {world} GPUs, {len(devices.session_gpus())} in the session")
+    pytester.makepyfile(test_scene=SCENE.replace("WORLD", str(world)))
     result = pytester.run(
         sys.executable,
         "-m",
@@ -74,10 +75,10 @@ def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pyt
     )
     result.stdout.fnmatch_lines_random(
         [
-            "*PASSED*TestTwo::ok*",
+            "*PASSED*TestRanks::ok*",
             "rank 1: rank 1 refuses",
             "rank 1: did not reach 'built' within 20 s: failed or stopped responding",
-            "backend: gpu (sm90), 2 ranks under MPI (this report: rank 0)",
+            f"backend: gpu (sm90), {world} ranks under MPI (this report: rank 0)",
             "*2 failed, 1 passed*",
         ]
     )
