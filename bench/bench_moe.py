@@ -207,15 +207,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="MoE block (Qwen3-30B-A3B shapes) in the megakernel vs the floor and torch")
     ap.add_argument("--profile", action="store_true", help="Also report each layer's span inside the megakernel")
     ap.add_argument("--target-cc", type=int, default=None, metavar="CC", help="Build for this arch (80: the sm80 path, PTX JIT)")
+    ap.add_argument(
+        "--batches", default=",".join(map(str, BATCHES)), metavar="B,B", help="Active tokens to time (default 1,4,16,64)"
+    )
     args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",") if b]
     cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
-    prebuild(BATCHES, cc)
+    prebuild(batches, cc)
     layers = make_layers()
     expert_bytes, router_bytes = 3 * I * H * 2, E * H * 2
     rows, problems = [], []
-    for batch in BATCHES:
+    for batch in batches:
         x = torch.randn(batch, H, dtype=bf, device="cuda")
         res = [torch.randn(batch, H, dtype=bf, device="cuda") for _ in range(LAYERS)]
         one, _ = megakernel(batch, layers, 1, x, res, target_cc=cc)

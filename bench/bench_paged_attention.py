@@ -227,12 +227,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm90", choices=["sm80", "sm90"])
     parser.add_argument("--skip-prefill", action="store_true")
+    parser.add_argument("--decode", metavar="BxS,BxS", help="Only these decode cases, e.g. 1x8192,8x1024 (default: all five)")
     args = parser.parse_args()
+    wanted = {tuple(int(n) for n in c.split("x")) for c in args.decode.split(",")} if args.decode else None
+    decode = [(b, s, z) for b, s, z in DECODE if wanted is None or (b, s) in wanted]
     arch = args.arch
     prebuild(arch)
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
-    rows = [decode_case(b, s, z, arch, copy) for b, s, z in DECODE]
+    rows = [decode_case(b, s, z, arch, copy) for b, s, z in decode]
     prefill = None if args.skip_prefill else prefill_case(arch)
     timing.save("bench_paged_attention", {**facts, "arch": arch, "copy_TBps": copy, "decode": rows, "prefill": prefill})
     print(f"{facts['device']}, {facts['date']}, {arch} build; copy bandwidth {copy:.2f} TB/s")
