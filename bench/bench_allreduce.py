@@ -65,7 +65,7 @@ def mpk_us(world, batch: int, grid: tuple[int, int, int], xs: list[torch.Tensor]
     for n in (1, CHAIN):
         pk, outs = kernel(world, batch, grid, n, x)
         world.exchange(f"start b{batch} {grid} n{n}", None, 300)
-        times[n] = timing.time_us(pk, reps=50, warmup=5)
+        times[n] = timing.time_us(pk, reps=50, warmup=5, device_bound=True)
         pk.synchronize(timeout=60)
         want = allreduce(xs)
         assert torch.equal(outs[0].cpu(), want), f"b{batch} {grid}: the first all-reduce differs from the reference"
@@ -88,7 +88,7 @@ def nccl_us(batch: int) -> tuple[float, float]:
             for _ in range(10):
                 dist.all_reduce(x)
     torch.cuda.synchronize()
-    replay = timing.time_us(graph.replay, reps=50, warmup=5) / 10
+    replay = timing.time_us(graph.replay, reps=50, warmup=5, device_bound=True) / 10
     return eager, replay
 
 

@@ -67,7 +67,7 @@ def cuda_graph_us(lib: ctypes.CDLL, n: int) -> float:
         with torch.cuda.graph(g, stream=stream):
             for _ in range(n):
                 lib.launch_empty(stream.cuda_stream)
-    return timing.time_us(g.replay, reps=10, warmup=3)
+    return timing.time_us(g.replay, reps=10, warmup=3, device_bound=True)
 
 
 def kernel(placement: str) -> mpk.PersistentKernel:
@@ -101,7 +101,7 @@ def noop_graph(shape: str, n: int, placement: str) -> mpk.PersistentKernel:
 
 def mpk_us(shape: str, n: int, placement: str) -> float:
     pk = noop_graph(shape, n, placement)
-    us = timing.time_us(pk, reps=20, warmup=3)
+    us = timing.time_us(pk, reps=20, warmup=3, device_bound=True)
     pk.synchronize()
     pk.finalize()
     return us

@@ -90,7 +90,7 @@ def decode_kernel(sd: dict, batch: int, new_tokens: int, arch: str, overrides: d
 def mpk_launch_us(sd: dict, batch: int, new_tokens: int, arch: str, overrides: dict) -> tuple[float, Qwen3Grids]:
     """The time of one launch that decodes ``new_tokens`` tokens for each of ``batch`` requests."""
     pk, g = decode_kernel(sd, batch, new_tokens, arch, overrides)
-    us = timing.time_us(pk, reps=3, warmup=1, rounds=3)
+    us = timing.time_us(pk, reps=3, warmup=1, rounds=3, device_bound=True)
     pk.synchronize()
     pk.finalize()
     return us, g
@@ -242,7 +242,7 @@ def torch_us(sd: dict, batch: int) -> tuple[float, float]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         model.step()
-    return eager, timing.time_us(graph.replay, reps=50, warmup=5)
+    return eager, timing.time_us(graph.replay, reps=50, warmup=5, device_bound=True)
 
 
 def main() -> None:

@@ -224,8 +224,8 @@ def main() -> None:
         res = [torch.randn(batch, H, dtype=bf, device="cuda") for _ in range(LAYERS)]
         one, _ = megakernel(batch, layers, 1, x, res, target_cc=cc)
         many, blocks = megakernel(batch, layers, LAYERS, x, res, target_cc=cc)
-        t_one = timing.time_us(one, reps=20, warmup=3)
-        t_many = timing.time_us(many, reps=20, warmup=3)
+        t_one = timing.time_us(one, reps=20, warmup=3, device_bound=True)
+        t_many = timing.time_us(many, reps=20, warmup=3, device_bound=True)
         one.synchronize()
         many.synchronize()
         mpk_us = (t_many - t_one) / (LAYERS - 1)
@@ -243,7 +243,7 @@ def main() -> None:
         torch.cuda.current_stream().wait_stream(stream)
         with torch.cuda.graph(graph):
             chain(torch_static, x, res, layers)
-        graph_us = timing.time_us(graph.replay, reps=10, warmup=2) / LAYERS
+        graph_us = timing.time_us(graph.replay, reps=10, warmup=2, device_bound=True) / LAYERS
         del graph
         torch.cuda.empty_cache()
         row = {

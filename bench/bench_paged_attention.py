@@ -138,7 +138,9 @@ def torch_decode_us(b: int, s: int) -> tuple[float, float]:
     q = torch.randn(b, H, 1, D, dtype=BF, device="cuda")
     k = torch.randn(b, HKV, s, D, dtype=BF, device="cuda")
     v = torch.randn_like(k)
-    sdpa_us = timing.time_us(graphed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)), reps=50)
+    sdpa_us = timing.time_us(
+        graphed(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)), reps=50, device_bound=True
+    )
     kc = k.transpose(1, 2).reshape(b * s // PAGE, PAGE, HKV, D)
     vc = v.transpose(1, 2).reshape(b * s // PAGE, PAGE, HKV, D)
     table = torch.randperm(b * s // PAGE, device="cuda").view(b, s // PAGE)
@@ -148,7 +150,7 @@ def torch_decode_us(b: int, s: int) -> tuple[float, float]:
         vv = vc[table].reshape(b, s, HKV, D).transpose(1, 2)
         return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True)
 
-    return sdpa_us, timing.time_us(graphed(gather_sdpa), reps=50)
+    return sdpa_us, timing.time_us(graphed(gather_sdpa), reps=50, device_bound=True)
 
 
 def decode_case(b: int, s: int, splits: int, arch: str, copy_tbps: float) -> dict:
@@ -186,7 +188,9 @@ def prefill_case(arch: str) -> dict:
     q = torch.randn(1, H, n, D, dtype=BF, device="cuda")
     k = torch.randn(1, HKV, n, D, dtype=BF, device="cuda")
     v = torch.randn_like(k)
-    sdpa_us = timing.time_us(graphed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), reps=20)
+    sdpa_us = timing.time_us(
+        graphed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), reps=20, device_bound=True
+    )
     flops = 4 * H * D * n * n / 2  # causal: QK^T and PV over half the square
     return {
         "case": f"prefill {n} tokens",

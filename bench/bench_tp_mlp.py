@@ -79,7 +79,7 @@ def main() -> None:
         outs = [torch.empty(batch, H, dtype=torch.bfloat16, device="cuda") for _ in shards]
         pk = tp_kernel(batch, shards, world.size, x, rs, outs)
         world.exchange(f"tp b{batch}", None, 300)
-        tp_us = timing.time_us(pk, reps=50, warmup=5) / 2
+        tp_us = timing.time_us(pk, reps=50, warmup=5, device_bound=True) / 2
         pk.synchronize(timeout=60)
         pk.finalize()
         row = {"batch": batch, "tp_size": world.size, "mpk_tp_launch_us": tp_us}
@@ -88,7 +88,7 @@ def main() -> None:
             err = ((outs[-1].float() - ref).norm() / ref.norm()).item()
             assert err <= 1e-2, f"TP MLP b{batch}: relative error {err:.3g} against fp32 math"
             one, x1, rs1, outs1 = bench_mlp.megakernel(batch, full, decode=False)
-            tp1_us = timing.time_us(one, reps=50, warmup=5) / 2
+            tp1_us = timing.time_us(one, reps=50, warmup=5, device_bound=True) / 2
             one.synchronize()
             one.finalize()
             row.update(rel_error_vs_fp32=err, mpk_tp1_launch_us=tp1_us, tp1_over_tp=tp1_us / tp_us)

@@ -80,7 +80,7 @@ def launch_us(build: Callable[[mpk.PersistentKernel, int], None], copies: int, r
     for i in range(copies):
         build(pk, i)
     pk.compile()
-    us = timing.time_us(pk, reps=reps, warmup=3)
+    us = timing.time_us(pk, reps=reps, warmup=3, device_bound=True)
     pk.synchronize()
     pk.finalize()
     return us

@@ -7,6 +7,8 @@ import json
 import os
 import statistics
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -27,21 +29,36 @@ def mpi_ranks(script: str):
     return world
 
 
-def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5) -> float:
-    """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds."""
+def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound: bool = False) -> float:
+    """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds.
+
+    ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch), so the figure should be
+    the GPU's. Where the host took as long to issue a round as the GPU to run it, the GPU waited for
+    the host and the figure is the host's: say so on stderr. (A launch check that cost 3 us a tensor
+    once made a chain of all-reduces time the host: docs/PERFORMANCE.md, issue 18.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
+    samples, host = [], []
     for _ in range(rounds):
         start.record()
+        t0 = time.perf_counter()
         for _ in range(reps):
             fn()
+        host.append((time.perf_counter() - t0) * 1e6 / reps)
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(samples)
+    gpu_us, host_us = statistics.median(samples), statistics.median(host)
+    if device_bound and host_us >= 0.9 * gpu_us:
+        print(
+            f"timing: HOST-BOUND: issuing a call took {host_us:.1f} us on the host, the GPU {gpu_us:.1f} us: "
+            f"this figure is the host's, not the GPU's",
+            file=sys.stderr,
+            flush=True,
+        )
+    return gpu_us
 
 
 def device_facts() -> dict:
