@@ -235,6 +235,9 @@ def main() -> None:
     args = parser.parse_args()
     wanted = {tuple(int(n) for n in c.split("x")) for c in args.decode.split(",")} if args.decode else None
     decode = [(b, s, z) for b, s, z in DECODE if wanted is None or (b, s) in wanted]
+    if wanted and len(decode) < len(wanted):
+        known = ",".join(f"{b}x{s}" for b, s, _ in DECODE)
+        parser.error(f"--decode {args.decode}: the decode cases are {known}")
     arch = args.arch
     prebuild(arch)
     facts = timing.device_facts()
