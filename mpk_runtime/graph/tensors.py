@@ -59,15 +59,13 @@ class DTensor:
         tensor as it was, so it would leave elements unwritten or write outside the tensor."""
         if _fingerprint(self.data) == self._fingerprint:
             return
-        now = _layout(self.data)
-        if now != self._layout:
-            was = self._layout
-            raise LayoutError(
-                f"{when}: tensor {self.name!r} changed after attach_input: it was {list(was[0])} with strides "
-                f"{list(was[1])} at {was[2]:#x} (storage {was[3]} bytes, {was[4]}), now {list(now[0])} with strides "
-                f"{list(now[1])} at {now[2]:#x} (storage {now[3]} bytes, {now[4]}); the kernel was built for the tensor as "
-                f"attached: attach tensors in their final shape and do not resize_ / set_ them afterwards"
-            )
+        was, now = self._layout, _layout(self.data)  # the fingerprint's fields and the device, for the message
+        raise LayoutError(
+            f"{when}: tensor {self.name!r} changed after attach_input: it was {list(was[0])} with strides "
+            f"{list(was[1])} at {was[2]:#x} (storage {was[3]} bytes, {was[4]}), now {list(now[0])} with strides "
+            f"{list(now[1])} at {now[2]:#x} (storage {now[3]} bytes, {now[4]}); the kernel was built for the tensor as "
+            f"attached: attach tensors in their final shape and do not resize_ / set_ them afterwards"
+        )
 
 
 def _fingerprint(data: torch.Tensor) -> tuple:
