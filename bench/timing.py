@@ -34,7 +34,7 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
 
     ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch), so the figure should be
     the GPU's. Where the host took as long to issue a round as the GPU to run it, the GPU waited for
-    the host and the figure is the host's: say so on stderr. (A launch check that cost 3 us a tensor
+    the host and the figure is the host's: say so on stderr. (A launch check that cost 2-3 us a tensor
     once made a chain of all-reduces time the host: docs/PERFORMANCE.md, issue 18.)"""
     for _ in range(warmup):
         fn()

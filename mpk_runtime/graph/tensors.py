@@ -71,8 +71,8 @@ class DTensor:
 def _fingerprint(data: torch.Tensor) -> tuple:
     """What every launch checks of every attached tensor, so it must be cheap: any in-place change
     of the layout moves the address, the shape, the strides, the storage or the dtype. No strings and
-    no device object: a third of _layout's time (1.0 against 3.2 us a tensor on the 2-core CPU
-    machine), which a launch pays for every tensor of the graph."""
+    no device object: a third of _layout's time or less (0.8 against 2.1-3.2 us a tensor, timeit over 100
+    tensors on the 2-core CPU machine), which a launch pays for every tensor of the graph."""
     return (0 if data.is_meta else data.data_ptr(), data.shape, data.stride(), data.untyped_storage().nbytes(), data.dtype)
 
 
