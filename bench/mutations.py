@@ -22,6 +22,7 @@ LINEAR_SILU = ("tests/scenes/rmsnorm_linear_silu_mul/test_rmsnorm_linear_silu_mu
 ARGMAX = ("tests/scenes/argmax/test_argmax.py",)
 ROUTING = ("tests/scenes/moe/test_moe_routing.py",)
 EXPERTS = ("tests/scenes/moe/test_moe_experts.py",)
+TOPK_W13 = ("tests/scenes/moe/test_moe_experts.py::TestMoeTopkW13",)
 MOE_ELEMENTWISE = ("tests/scenes/moe/test_moe_elementwise.py",)
 MOE_SILU = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeSiluMul",)
 MOE_SUM = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeMulSumAdd",)
@@ -349,6 +350,34 @@ MUTATIONS: list[Mutation] = [
         "int const hi = static_cast<int>(units * (me + 1) / num_tasks);",
         "int const hi = static_cast<int>(units * (me + 1) / num_tasks) - (me + 1 == num_tasks);",
         EXPERTS,
+    ),
+    # --- tasks/common/moe_topk_w13_linear.cuh -----------------------------------------------------
+    M(
+        "topk-w13-drop-slots-barrier",
+        "dropped barrier",
+        "the expert counts read the slots before every warp has written its tokens'",
+        "tasks/common/moe_topk_w13_linear.cuh",
+        "  __syncthreads();\n  int offset = 0;",
+        "  int offset = 0;",
+        TOPK_W13,
+    ),
+    M(
+        "topk-w13-slot-row-stride",
+        "stride",
+        "the expert rows of the slots read B apart, written B | 1 apart",
+        "tasks/common/moe_topk_w13_linear.cuh",
+        "slots, RS, mask, task.output<T>(0)",
+        "slots, B, mask, task.output<T>(0)",
+        TOPK_W13,
+    ),
+    M(
+        "topk-w13-mask-inclusive",
+        "wrong reduction",
+        "the expert mask as an inclusive prefix count",
+        "tasks/common/moe_topk_w13_linear.cuh",
+        "if (e < E) mask[e] = offset + before;",
+        "if (e < E) mask[e] = offset + before + count;",
+        TOPK_W13,
     ),
     # --- tasks/common/moe_silu_mul.cuh, moe_mul_sum_add.cuh ---------------------------------------
     M(

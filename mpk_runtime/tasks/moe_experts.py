@@ -47,8 +47,20 @@ class ExpertLinear(TaskSpec):
     smem_function = "mpk::tasks::moe_linear_smem_bytes"
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
-        x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
+        tokens, experts = self.check_streams(args, values, grid)
         r, m = args["routing_indices"].tensor, args["expert_mask"].tensor
+        if r.shape != (experts, tokens) or m.shape != (experts + 1,):
+            raise ShapeError(
+                f"{self.name}: routing_indices must be (experts, tokens) = {(experts, tokens)} and expert_mask "
+                f"(experts + 1,) = ({experts + 1},) (from moe_topk_softmax_routing); got {r.shape}, {m.shape}"
+            )
+        for arg, t in (("routing_indices", r), ("expert_mask", m)):
+            if t.dtype.torch != torch.int32:
+                raise DTypeError(f"{self.name}: {arg} ({t!r}) must be int32")
+
+    def check_streams(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> tuple[int, int]:
+        """Check input, weight and output (what every expert linear streams); return (tokens, experts)."""
+        x, w, y = args["input"].tensor, args["weight"].tensor, args["output"].tensor
         what = "(tokens, hidden)" if self.w13 else "(tokens, k, inter)"
         if x.num_dims != (2 if self.w13 else 3) or w.num_dims != 3:
             raise ShapeError(
@@ -68,22 +80,15 @@ class ExpertLinear(TaskSpec):
             raise ShapeError(
                 f"{self.name}: weight {w.shape}: in_features must be a multiple of 32 and out_features of 16 (tensor-core tiles)"
             )
-        if r.shape != (experts, tokens) or m.shape != (experts + 1,):
-            raise ShapeError(
-                f"{self.name}: routing_indices must be (experts, tokens) = {(experts, tokens)} and expert_mask "
-                f"(experts + 1,) = ({experts + 1},) (from moe_topk_softmax_routing); got {r.shape}, {m.shape}"
-            )
         if tokens > MAX_TOKENS:
             raise ShapeError(f"{self.name}: {tokens} token rows; the task holds token lists of at most {MAX_TOKENS}")
         for arg, t in (("input", x), ("weight", w), ("output", y)):
             if t.dtype.torch not in TENSOR_CORE or t.dtype is not x.dtype:
                 raise DTypeError(f"{self.name}: {arg} ({t!r}) must be bfloat16 or float16, like input")
-        for arg, t in (("routing_indices", r), ("expert_mask", m)):
-            if t.dtype.torch != torch.int32:
-                raise DTypeError(f"{self.name}: {arg} ({t!r}) must be int32")
         # The body splits the routed work over the layer's tasks itself, so it needs their number;
         # template arguments and scalars see only slices, so the grid is kept with the values here.
         values["num_tasks"] = grid[0]
+        return tokens, experts
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         x, w, y = s["input"], s["weight"], s["output"]
@@ -106,28 +111,35 @@ class ExpertLinear(TaskSpec):
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        x, w, routing = inputs["input"], inputs["weight"], inputs["routing_indices"]
-        y = outputs["output"]
-        topk, n = y.shape[1], w.shape[1]
-        fuse = self.w13 and y.shape[2] * 2 == n
-        for expert, first, end in assigned_units(inputs["expert_mask"], ctx.grid[0], ctx.grid_idx[0], n // UNIT_ROWS):
-            slots = routing[expert]
-            if bool(((slots < 0) | (slots > topk)).any()):
-                raise TaskFailure(contract.TASK_ERROR_INDEX, int(slots[(slots < 0) | (slots > topk)][0]))
-            t = (slots > 0).nonzero().flatten()
-            if not t.numel():
-                continue
-            j = slots[t].long() - 1
-            rows = x[t] if self.w13 else x[t, j]
-            if self.w13:  # unit u: gate rows 8u..8u+8 and up rows n/2 + 8u..
-                gate = torch.arange(8 * first, 8 * end)
-                h = rows.float() @ w[expert, torch.cat([gate, n // 2 + gate])].float().T
-                g, u = h[:, : gate.numel()], h[:, gate.numel() :]
-                if fuse:
-                    y[t[:, None], j[:, None], gate] = (torch.nn.functional.silu(g) * u).to(y.dtype)
-                else:
-                    y[t[:, None], j[:, None], gate] = g.to(y.dtype)
-                    y[t[:, None], j[:, None], n // 2 + gate] = u.to(y.dtype)
+        emulate_units(self.w13, inputs["input"], inputs["weight"], inputs["routing_indices"], inputs["expert_mask"],
+                      outputs["output"], ctx)  # fmt: skip
+
+
+def emulate_units(
+    w13: bool, x: torch.Tensor, w: torch.Tensor, routing: torch.Tensor, mask: torch.Tensor, y: torch.Tensor, ctx: EmulationContext
+) -> None:
+    """The slice reference of an expert linear's task (ctx.grid_idx), on its routing data: the units
+    assigned_units gives it, each for its expert's routed tokens."""
+    topk, n = y.shape[1], w.shape[1]
+    fuse = w13 and y.shape[2] * 2 == n
+    for expert, first, end in assigned_units(mask, ctx.grid[0], ctx.grid_idx[0], n // UNIT_ROWS):
+        slots = routing[expert]
+        if bool(((slots < 0) | (slots > topk)).any()):
+            raise TaskFailure(contract.TASK_ERROR_INDEX, int(slots[(slots < 0) | (slots > topk)][0]))
+        t = (slots > 0).nonzero().flatten()
+        if not t.numel():
+            continue
+        j = slots[t].long() - 1
+        rows = x[t] if w13 else x[t, j]
+        if w13:  # unit u: gate rows 8u..8u+8 and up rows n/2 + 8u..
+            gate = torch.arange(8 * first, 8 * end)
+            h = rows.float() @ w[expert, torch.cat([gate, n // 2 + gate])].float().T
+            g, u = h[:, : gate.numel()], h[:, gate.numel() :]
+            if fuse:
+                y[t[:, None], j[:, None], gate] = (torch.nn.functional.silu(g) * u).to(y.dtype)
             else:
-                cols = torch.arange(UNIT_ROWS * first, UNIT_ROWS * end)
-                y[t[:, None], j[:, None], cols] = (rows.float() @ w[expert, cols].float().T).to(y.dtype)
+                y[t[:, None], j[:, None], gate] = g.to(y.dtype)
+                y[t[:, None], j[:, None], n // 2 + gate] = u.to(y.dtype)
+        else:
+            cols = torch.arange(UNIT_ROWS * first, UNIT_ROWS * end)
+            y[t[:, None], j[:, None], cols] = (rows.float() @ w[expert, cols].float().T).to(y.dtype)

@@ -1,7 +1,8 @@
 """The MoE layers without a GPU: the run-time split of the routed work (every unit of every expert
 with tokens exactly once, evenly over the tasks), the dependencies of a block (expert linears are
-unordered among their own tasks, ordered against the layers around them), argument validation,
-and compile-only builds of a whole block (plain and SiLU-mul fused) for sm80, sm90 and sm100."""
+unordered among their own tasks, ordered against the layers around them; gate / up with the routing
+in it beside the routing layer), argument validation, and compile-only builds of a whole block
+(plain, SiLU-mul fused, routing in gate / up) for sm80, sm90 and sm100."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_every_routed_unit_goes_to_exactly_one_task_evenly(seed):
         assert max(sizes) - min(sizes) <= 1
 
 
-def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=False, tag=""):
+def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=False, tag="", topk_w13=False):
     def t(name, *shape, dtype=bf):
         return pk.attach_input(torch.empty(*shape, dtype=dtype), name + tag)
 
@@ -44,7 +45,9 @@ def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=
     act, y, bd = t("act", rows, topk, inter), t("y", rows, topk, hidden), pk.block_dim
     pk.linear_layer(input=x, weight=wr, output=logits, grid_dim=(experts // 8, 1, 1), block_dim=bd)
     pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=tw, **route, grid_dim=(1, 1, 1), block_dim=bd)
-    if fused:
+    if topk_w13:
+        pk.moe_topk_w13_linear_layer(input=x, weight=w13, router_logits=logits, output=act, grid_dim=(tasks, 1, 1), block_dim=bd)
+    elif fused:
         pk.moe_w13_linear_layer(input=x, weight=w13, **route, output=act, grid_dim=(tasks, 1, 1), block_dim=bd)
     else:
         mid = t("mid", rows, topk, 2 * inter)
@@ -91,6 +94,44 @@ def test_expert_linear_arguments_are_checked(make_pk, change, error, words):
     assert words in str(e.value)
 
 
+def test_routing_in_gate_up_runs_beside_the_routing_layer(make_pk):
+    """moe_topk_w13_linear waits for the router logits only, not for the routing task; the down
+    projection waits for both."""
+    pk = make_pk(90, num_workers=4, **BATCH)
+    block(pk, tasks=3, topk_w13=True)
+    g = pk._graph
+    by_layer = {layer.name: set(range(layer.first_task, layer.first_task + layer.num_tasks)) for layer in g.layers}
+    w13, routing = by_layer["moe_topk_w13_linear_0"], by_layer["moe_topk_softmax_routing_0"]
+    for tid in w13:
+        assert set(g.tasks[tid].deps) == by_layer["linear_0"]
+    for tid in by_layer["moe_w2_linear_0"]:
+        assert set(g.tasks[tid].deps) >= w13 | routing
+
+
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        (dict(logits=(16, 4)), ShapeError, "router_logits must be (tokens, experts) = (16, 8)"),
+        (dict(logits_dtype=torch.int32), DTypeError, "dtype=i32)) must be float32, bfloat16 or float16"),
+        (dict(k=9), ShapeError, "k=9 experts per token (output's dim 1) out of E=8"),
+        (dict(experts=1024, rows=17), ShapeError, "1024 experts x 17 token rows need 17408 routing slots"),
+        (dict(out_cols=100), ShapeError, "output's last dim must be 256 ([gate | up]) or 128"),
+    ],
+)
+def test_routing_in_gate_up_arguments_are_checked(make_pk, change, error, words):
+    rows, experts = change.get("rows", 16), change.get("experts", 8)
+    pk = make_pk(90, **{**BATCH, "max_num_batched_tokens": rows})
+    x = pk.attach_input(torch.empty(rows, 256, dtype=bf), "x")
+    w = pk.attach_input(torch.empty(experts, 256, 256, dtype=bf), "w")
+    logits = pk.attach_input(torch.empty(*change.get("logits", (rows, experts)), dtype=change.get("logits_dtype", bf)), "l")
+    y = pk.attach_input(torch.empty(rows, change.get("k", 2), change.get("out_cols", 128), dtype=bf), "y")
+    with pytest.raises(error) as e:
+        pk.moe_topk_w13_linear_layer(
+            input=x, weight=w, router_logits=logits, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim
+        )
+    assert words in str(e.value)
+
+
 def test_routing_arguments_are_checked(make_pk):
     pk = make_pk(90, **BATCH)
     x = pk.attach_input(torch.empty(4, 8, dtype=bf), "x")
@@ -113,5 +154,6 @@ def test_moe_block_compiles(make_pk, cc):
     pk = make_pk(cc, num_workers=8, **BATCH)
     block(pk, experts=64, topk=8, tasks=8, fused=False)
     block(pk, experts=64, topk=8, tasks=8, fused=True, tag="_fused")
+    block(pk, experts=64, topk=8, tasks=7, fused=True, tag="_topk_w13", topk_w13=True)
     pk.compile()
     assert "moe_w13_linear" in pk.build_result.entry.name or pk.build_result.path.exists()

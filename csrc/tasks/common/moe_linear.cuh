@@ -166,36 +166,21 @@ __device__ __forceinline__ void expert_units(T const *x, T const *w, T *y, int c
     }
 }
 
-}  // namespace moe_detail
-
-// Dynamic shared memory: the experts with tokens, and kMaxSegments token lists of up to B entries.
+// The layer's work, shared by moe_linear and moe_topk_w13_linear: task `me` of `num_tasks` takes its
+// share of the units of the experts with tokens (mask rises), and for each its token list from the
+// expert's routing row (routing + e * row_stride; global memory or shared). smem: E + kMaxSegments * B
+// ints of dynamic shared memory.
 template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
-constexpr unsigned moe_linear_smem_bytes() {
-  return (E + moe_detail::kMaxSegments * B) * 4;
-}
-
-template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
-__device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &rt) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-                "moe linears: bf16 or fp16 (tensor cores)");
-  static_assert(K % 32 == 0, "moe linears: in_features must be a multiple of 32 (mma k-blocks)");
-  static_assert(N % moe_detail::kUnitRows == 0, "moe linears: weight rows per expert must be a multiple of 16");
-  static_assert(OUT_COLS == N || (W13 && OUT_COLS * 2 == N), "moe linears: output columns are N, or N / 2 (w13 fused)");
-  static_assert(TOPK >= 1 && B >= 1 && E >= 1, "moe linears need tokens, experts and a top-k");
-  using namespace moe_detail;
+__device__ __forceinline__ void expert_work(TaskDesc const &task, Runtime const &rt, T const *x, T const *w,
+                                            int32_t const *routing, int row_stride, int32_t const *mask, T *y,
+                                            int *smem) {
   constexpr int UPE = N / kUnitRows;  // units per expert
-
-  T const *x = task.input<T const>(0);
-  T const *w = task.input<T const>(1);
-  int32_t const *routing = task.input<int32_t const>(2);
-  int32_t const *mask = task.input<int32_t const>(3);
-  T *y = task.output<T>(0);
   int const num_tasks = task.scalar_i(0);
   int const me = task.grid_idx[0];
   int const tokens = rt.active_rows(B);
   int const warp = threadIdx.x / kWarpSize;
-  int *active = reinterpret_cast<int *>(dynamic_smem);  // [E] experts with tokens, in order
-  int *lists = active + E;                              // [kMaxSegments][B] output rows per expert
+  int *active = smem;          // [E] experts with tokens, in order
+  int *lists = active + E;     // [kMaxSegments][B] output rows per expert
 
   int num_active = 0;
   for (int base = 0; base < E; base += kWorkerThreads) {
@@ -236,7 +221,7 @@ __device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &
 #pragma unroll
     for (int s = 0; s < kMaxSegments; ++s) {
       if (s >= segments) break;
-      int32_t const *row = routing + static_cast<size_t>(expert[s]) * B;
+      int32_t const *row = routing + static_cast<size_t>(expert[s]) * row_stride;
       int count = 0;
       for (int base = 0; base < tokens; base += kWorkerThreads) {
         int const t = base + static_cast<int>(threadIdx.x);
@@ -259,6 +244,33 @@ __device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &
     }
     if (u < hi) __syncthreads();  // the next segments rewrite the lists
   }
+}
+
+// The moe_linear types and shapes, checked once for both layers that stream expert weights.
+template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
+__device__ __forceinline__ void check_expert_shapes() {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
+                "moe linears: bf16 or fp16 (tensor cores)");
+  static_assert(K % 32 == 0, "moe linears: in_features must be a multiple of 32 (mma k-blocks)");
+  static_assert(N % kUnitRows == 0, "moe linears: weight rows per expert must be a multiple of 16");
+  static_assert(OUT_COLS == N || (W13 && OUT_COLS * 2 == N), "moe linears: output columns are N, or N / 2 (w13 fused)");
+  static_assert(TOPK >= 1 && B >= 1 && E >= 1, "moe linears need tokens, experts and a top-k");
+}
+
+}  // namespace moe_detail
+
+// Dynamic shared memory: the experts with tokens, and kMaxSegments token lists of up to B entries.
+template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
+constexpr unsigned moe_linear_smem_bytes() {
+  return (E + moe_detail::kMaxSegments * B) * 4;
+}
+
+template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
+__device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &rt) {
+  moe_detail::check_expert_shapes<T, B, E, TOPK, K, N, OUT_COLS, W13>();
+  moe_detail::expert_work<T, B, E, TOPK, K, N, OUT_COLS, W13>(
+      task, rt, task.input<T const>(0), task.input<T const>(1), task.input<int32_t const>(2), B,
+      task.input<int32_t const>(3), task.output<T>(0), reinterpret_cast<int *>(dynamic_smem));
 }
 
 }  // namespace tasks

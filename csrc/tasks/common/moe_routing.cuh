@@ -7,7 +7,8 @@
 //                   tokens * TOPK, so expert e has mask[e + 1] - mask[e] tokens
 // Ties resolve to the lower expert index; NaN logits count as -inf, and -0 as +0.
 //
-// One task (one CTA) sees every token. A warp per token keeps the token's logits in registers
+// One task (one CTA) sees every token. A warp per token (topk_of_token, which moe_topk_w13_linear
+// shares) keeps the token's logits in registers
 // (E / 32 a lane) as 64-bit keys that order by (value, lower index first), and finds the top k by k
 // rounds of a warp arg-max. Slots are staged in shared memory per chunk of 32 tokens, so that the
 // routing rows are written coalesced and each expert's count is summed there.
@@ -46,6 +47,46 @@ __device__ __forceinline__ int expert_of(unsigned long long key) {
   return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
 }
 
+// One warp, one token: the TOPK largest of the E logits at `row` in decreasing order (ties: the lower
+// expert first; NaN as -inf). Calls put(e, slot) once for every expert e < E, from the lane that
+// holds it: slot j + 1 if e is the token's j-th choice, else 0. Returns, in lane j < TOPK, the j-th
+// kept logit, and sets `top` (every lane) to the largest.
+template <typename T, int E, int TOPK, typename Put>
+__device__ __forceinline__ float topk_of_token(T const *row, int lane, Put put, float &top) {
+  constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
+  unsigned long long key[kPerLane];
+  int slot[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    int const e = lane + i * kWarpSize;
+    key[i] = e < E ? key_of(to_float(row[e]), e) : 0ull;  // 0: below every expert's key
+    slot[i] = 0;
+  }
+  float kept = 0.f;  // lane j keeps the j-th choice's logit
+#pragma unroll 1
+  for (int j = 0; j < TOPK; ++j) {
+    unsigned long long best = 0ull;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o /= 2) {
+      unsigned long long const other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = other > best ? other : best;
+    }
+    int const e = expert_of(best);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + i * kWarpSize == e) slot[i] = j + 1;
+    float const v = value_of(best);
+    if (j == 0) top = v;
+    if (lane == j) kept = v;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + i * kWarpSize < E) put(lane + i * kWarpSize, slot[i]);
+  return kept;
+}
+
 }  // namespace routing_detail
 
 template <typename T, int E, int TOPK>
@@ -58,7 +99,6 @@ __device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, R
   static_assert(E >= 1 && E <= 1024, "moe routing: 1 to 1024 experts (a lane keeps E / 32 logits in registers)");
   static_assert(TOPK >= 1 && TOPK <= E && TOPK <= kWarpSize, "moe routing: 1 <= top-k <= min(E, 32)");
   using namespace routing_detail;
-  constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
   constexpr int kPerThread = (E + kWorkerThreads - 1) / kWorkerThreads;
 
   T const *logits = task.input<T const>(0);
@@ -75,42 +115,12 @@ __device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, R
     int const n = min(kChunk, tokens - base);
     for (int tl = warp; tl < n; tl += kWorkerWarps) {
       int const t = base + tl;
-      T const *row = logits + static_cast<size_t>(t) * E;
-      unsigned long long key[kPerLane];
-      int slot[kPerLane];
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        int const e = lane + i * kWarpSize;
-        key[i] = e < E ? key_of(to_float(row[e]), e) : 0ull;  // 0: below every expert's key
-        slot[i] = 0;
-      }
-      float kept = 0.f, top = 0.f;  // lane j keeps the j-th choice's logit
-#pragma unroll 1
-      for (int j = 0; j < TOPK; ++j) {
-        unsigned long long best = 0ull;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
-#pragma unroll
-        for (int o = kWarpSize / 2; o > 0; o /= 2) {
-          unsigned long long const other = __shfl_xor_sync(0xffffffffu, best, o);
-          best = other > best ? other : best;
-        }
-        int const e = expert_of(best);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i)
-          if (lane + i * kWarpSize == e) slot[i] = j + 1;
-        float const v = value_of(best);
-        if (j == 0) top = v;
-        if (lane == j) kept = v;
-      }
+      float top = 0.f;
+      float const kept = topk_of_token<T, E, TOPK>(
+          logits + static_cast<size_t>(t) * E, lane, [&](int e, int slot) { slots[e * kStride + tl] = slot; }, top);
       float const p = lane < TOPK ? expf(kept - top) : 0.f;
       float const sum = warp_sum(p);
       if (lane < TOPK) weights[static_cast<size_t>(t) * TOPK + lane] = p / sum;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        int const e = lane + i * kWarpSize;
-        if (e < E) slots[e * kStride + tl] = slot[i];
-      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < E * n; i += kWorkerThreads) {

@@ -1,6 +1,8 @@
 """The MoE block of a Qwen3-MoE decoder layer as one megakernel, every intermediate compared:
 router linear -> moe_topk_softmax_routing -> moe_w13_linear -> moe_silu_mul (or fused into w13) ->
 moe_w2_linear -> moe_mul_sum_add (+ residual); golden: pytorch_reference.moe_block in this folder.
+The `topk_w13` cases route in the gate / up layer instead (moe_topk_w13_linear, from the router
+logits, beside moe_topk_softmax_routing), as the decode benchmark and the model do.
 
 The input and the router weight are multiples of 1/4 and 1/8, so every router logit is computed
 exactly in fp32 by any summation order and rounds to the same bf16 on the GPU as in the golden: the
@@ -43,6 +45,18 @@ class TestMoeBlock(SceneTestCase):
         Case("e64_k8_few_experts_a12_fused", experts=64, topk=8, active=12, pattern="few_experts", tasks=8, fused=True),
         Case("e128_k8_uniform_a64_fused", experts=128, topk=8, active=64, pattern="uniform", tasks=13, fused=True),
         Case("e128_k8_uniform_a3", experts=128, topk=8, active=3, pattern="uniform", tasks=8, fused=False),
+        Case("e64_k8_uniform_a1_topk_w13", experts=64, topk=8, active=1, pattern="uniform", tasks=7, fused=True, topk_w13=True),
+        Case("e128_k8_ties_a9_topk_w13", experts=128, topk=8, active=9, pattern="ties", tasks=13, fused=True, topk_w13=True),
+        Case(
+            "e64_k1_one_expert_a64_topk_w13",
+            experts=64,
+            topk=1,
+            active=64,
+            pattern="one_expert",
+            tasks=3,
+            fused=True,
+            topk_w13=True,
+        ),
     ]
     SWEEP = {  # one build (E = 64, k = 8): active tokens, routing and grid sizes of the expert linears are run-time data
         "experts": st.just(64),
@@ -84,7 +98,10 @@ class TestMoeBlock(SceneTestCase):
         route = dict(routing_indices=t.routing_indices, expert_mask=t.expert_mask)
         pk.linear_layer(input=t.input, weight=t.router_weight, output=t.logits, grid_dim=(e // 8, 1, 1), block_dim=bd)
         pk.moe_topk_softmax_routing_layer(input=t.logits, topk_weights=t.topk_weights, **route, grid_dim=(1, 1, 1), block_dim=bd)
-        if params["fused"]:
+        if params.get("topk_w13"):
+            w13 = dict(router_logits=t.logits, output=t.act, grid_dim=(tasks, 1, 1), block_dim=bd)
+            pk.moe_topk_w13_linear_layer(input=t.input, weight=t.w13, **w13)
+        elif params["fused"]:
             pk.moe_w13_linear_layer(input=t.input, weight=t.w13, **route, output=t.act, grid_dim=(tasks, 1, 1), block_dim=bd)
         else:
             pk.moe_w13_linear_layer(input=t.input, weight=t.w13, **route, output=t.mid, grid_dim=(tasks, 1, 1), block_dim=bd)

@@ -1,14 +1,16 @@
 """Scene tests of the expert linears, moe_w13_linear (gate / up, optionally with SiLU-mul fused) and
-moe_w2_linear (down), each alone on routing data from the reference: routing cases with experts
-of no tokens, one expert with every token (64 tokens: four m16 tiles), k = 1 to 8, E = 8, 64, 128,
-1 to 64 active tokens of a 64-token batch, and grids of 1 to 13 tasks sharing the routed work."""
+moe_w2_linear (down), each alone on routing data from the reference, and moe_topk_w13_linear (the
+routing computed in the task from router logits, then gate / up): routing cases with experts of no
+tokens, one expert with every token (64 tokens: four m16 tiles), ties, NaN logits, k = 1 to 8,
+E = 8, 64, 128, 1 to 64 active tokens of a 64-token batch, and grids of 1 to 13 tasks sharing the
+routed work."""
 
 import torch
 from hypothesis import strategies as st
 
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, padded, routing
+from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, logits, padded, routing
 
 HIDDEN, INTER = 256, 128
 
@@ -29,6 +31,21 @@ def expert_cases(fused_too: bool) -> list[Case]:
     return cases
 
 
+def w13_tensors(params) -> dict:
+    """The input, weight and output of a gate / up layer for a case (output [gate | up], or silu(gate) * up
+    when `fused`)."""
+    cols = INTER if params["fused"] else 2 * INTER
+    return {
+        "input": torch.randn(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16),
+        "weight": torch.randn(params["experts"], 2 * INTER, HIDDEN, dtype=torch.bfloat16) / HIDDEN**0.5,
+        "output": Out(torch.empty(MAX_TOKENS, params["topk"], cols, dtype=torch.bfloat16)),
+    }
+
+
+def grid(pk, params) -> dict:
+    return dict(grid_dim=(params["tasks"], 1, 1), block_dim=pk.block_dim)
+
+
 SWEEP = {  # one build (E = 64, k = 8): active tokens, routing and the grid are run-time data
     "experts": st.just(64),
     "topk": st.just(8),
@@ -47,27 +64,12 @@ class TestMoeW13(SceneTestCase):
         return kernel_params(params["active"])
 
     def generate_args(self, params):
-        e, k = params["experts"], params["topk"]
-        _, r, m = routing(params["pattern"], e, k, params["active"])
-        cols = INTER if params["fused"] else 2 * INTER
-        return {
-            "input": torch.randn(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16),
-            "weight": torch.randn(e, 2 * INTER, HIDDEN, dtype=torch.bfloat16) / HIDDEN**0.5,
-            "routing_indices": r,
-            "expert_mask": m,
-            "output": Out(torch.empty(MAX_TOKENS, k, cols, dtype=torch.bfloat16)),
-        }
+        _, r, m = routing(params["pattern"], params["experts"], params["topk"], params["active"])
+        return {**w13_tensors(params), "routing_indices": r, "expert_mask": m}
 
     def build(self, pk, t, params):
-        pk.moe_w13_linear_layer(
-            input=t.input,
-            weight=t.weight,
-            routing_indices=t.routing_indices,
-            expert_mask=t.expert_mask,
-            output=t.output,
-            grid_dim=(params["tasks"], 1, 1),
-            block_dim=pk.block_dim,
-        )
+        route = dict(routing_indices=t.routing_indices, expert_mask=t.expert_mask)
+        pk.moe_w13_linear_layer(input=t.input, weight=t.weight, output=t.output, **route, **grid(pk, params))
 
     def compute_golden(self, args, params):
         from mpk_runtime.harness import find_reference
@@ -112,6 +114,34 @@ class TestMoeW2(SceneTestCase):
 
         a = params["active"]
         return padded(find_reference("moe_w2_linear")(args.input[:a], args.weight, args.routing_indices[:, :a]), a)
+
+
+@scene_test(layer="moe_topk_w13_linear")
+class TestMoeTopkW13(SceneTestCase):
+    CASES = [
+        *expert_cases(fused_too=True),
+        Case("e64_k8_nan_a20_t8_fused", experts=64, topk=8, active=20, pattern="nan", tasks=8, fused=True),
+        Case("e128_k8_signed_zeros_a5_t7_fused", experts=128, topk=8, active=5, pattern="signed_zeros", tasks=7, fused=True),
+    ]
+    SWEEP = {**SWEEP, "pattern": st.sampled_from(PATTERNS), "fused": st.just(True)}
+
+    def kernel_params(self, params):
+        return kernel_params(params["active"])
+
+    def generate_args(self, params):
+        return {**w13_tensors(params), "router_logits": logits(params["pattern"], params["experts"]).to(torch.bfloat16)}
+
+    def build(self, pk, t, params):
+        pk.moe_topk_w13_linear_layer(
+            input=t.input, weight=t.weight, output=t.output, router_logits=t.router_logits, **grid(pk, params)
+        )
+
+    def compute_golden(self, args, params):
+        from mpk_runtime.harness import find_reference
+
+        a, k = params["active"], params["topk"]
+        w13 = find_reference("moe_topk_w13_linear")
+        return padded(w13(args.input[:a], args.weight, args.router_logits[:a], k, params["fused"]), a)
 
 
 if __name__ == "__main__":
