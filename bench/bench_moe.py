@@ -4,8 +4,10 @@ routed and against torch, in one run.
 
 - megakernel: LAYERS MoE blocks chained as consecutive decoder layers would be (block l+1 takes
   block l's output; 1.2 GB of weights each), router linear -> routing -> w13 with SiLU-mul fused ->
-  w2 -> combine + residual. One block costs (T(LAYERS) - T(1)) / (LAYERS - 1), which removes the
-  launch's fixed cost (the per-launch time / LAYERS is reported too).
+  w2 -> combine + residual; w13 routes the tokens itself from the logits, beside the routing task
+  (moe_topk_w13_linear; --w13 routed: moe_w13_linear after the routing task). One block costs
+  (T(LAYERS) - T(1)) / (LAYERS - 1), which removes the launch's fixed cost (the per-launch time /
+  LAYERS is reported too).
 - floor: per block, (distinct experts routed x 3 * I * H + E * H) * 2 bytes / copy bandwidth, with
   the experts each block really routed (read back from its expert_mask) and the copy bandwidth of
   this run; averaged over the blocks the difference times.
@@ -16,7 +18,7 @@ routed and against torch, in one run.
   megakernel's own logits), expert outputs and block output against fp32 math on that routing.
 - --profile: the span of each layer inside one launch (profiler), per block, at B = 1 and 64.
 
-    python bench/bench_moe.py [--profile]     # writes $OUT/bench_moe.json; table last
+    python bench/bench_moe.py [--profile] [--batches 1,4] [--w13 topk|routed]   # writes $OUT/bench_moe.json; table last
 """
 
 from __future__ import annotations
@@ -59,10 +61,18 @@ def make_layers(seed: int = 0) -> list[dict]:
 
 
 def megakernel(
-    batch: int, layers: list[dict], count: int, x: torch.Tensor, res: list[torch.Tensor], compiled: bool = True, **params
+    batch: int,
+    layers: list[dict],
+    count: int,
+    x: torch.Tensor,
+    res: list[torch.Tensor],
+    compiled: bool = True,
+    routing_in_w13: bool = True,
+    **params,
 ):
     """A kernel running the first `count` blocks (compiled unless `compiled=False`); returns it and each
-    block's tensors (CUDA)."""
+    block's tensors (CUDA). routing_in_w13: gate / up routes the tokens itself (moe_topk_w13_linear,
+    beside the routing task); else it waits for the routing task (moe_w13_linear)."""
     pk = layer_bench.kernel(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, **params)
     tasks, bd = pk.params.num_workers, pk.block_dim
     X = pk.attach_input(x, "x")
@@ -83,7 +93,12 @@ def megakernel(
         pk.moe_topk_softmax_routing_layer(
             input=a["logits"], topk_weights=a["topk_weights"], **route, grid_dim=(1, 1, 1), block_dim=bd
         )
-        pk.moe_w13_linear_layer(input=X, weight=a["w13"], **route, output=a["act"], grid_dim=(tasks, 1, 1), block_dim=bd)
+        if routing_in_w13:  # beside the routing task, which keeps a worker of its own
+            pk.moe_topk_w13_linear_layer(
+                input=X, weight=a["w13"], router_logits=a["logits"], output=a["act"], grid_dim=(tasks - 1, 1, 1), block_dim=bd
+            )
+        else:
+            pk.moe_w13_linear_layer(input=X, weight=a["w13"], **route, output=a["act"], grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.moe_w2_linear_layer(input=a["act"], weight=a["w2"], **route, output=a["y"], grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.moe_mul_sum_add_layer(
             input=a["y"],
@@ -100,7 +115,7 @@ def megakernel(
     return pk, blocks
 
 
-def prebuild(batches, cc: int) -> None:
+def prebuild(batches, cc: int, mode: dict) -> None:
     """Build the module of every batch size at once (nvcc processes in parallel; later compiles hit the
     cache): each graph in a compile-only kernel, built as the GPU needs it (compile() would build a cubin)."""
     from mpk_runtime import harness
@@ -109,7 +124,7 @@ def prebuild(batches, cc: int) -> None:
         x = torch.empty(batch, H, dtype=bf, device="meta")
         shapes = {"wr": (E, H), "w13": (E, 2 * I, H), "w2": (E, H, I)}
         layers = [{n: torch.empty(*shape, dtype=bf, device="meta") for n, shape in shapes.items()}]
-        pk, _ = megakernel(batch, layers, 1, x, [x.clone()], compiled=False, compile_only=True, target_cc=cc)
+        pk, _ = megakernel(batch, layers, 1, x, [x.clone()], compiled=False, compile_only=True, target_cc=cc, **mode)
         harness.build_for(pk, on_gpu=True)
 
     try:
@@ -184,11 +199,11 @@ def check(blocks, layers) -> list[str]:
     return bad
 
 
-def layer_spans(batch, layers, x, res, cc: int) -> dict[str, float]:
+def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> dict[str, float]:
     """Each layer type's span inside one launch (first task begin to last task end), median over blocks and launches."""
     prof = torch.zeros(1 << 22, dtype=torch.uint64, device="cuda")
     trace = str(Path(tempfile.mkdtemp()) / "trace")
-    pk, _ = megakernel(batch, layers, LAYERS, x, res, profiler_tensor=prof, trace_name=trace, target_cc=cc)
+    pk, _ = megakernel(batch, layers, LAYERS, x, res, profiler_tensor=prof, trace_name=trace, target_cc=cc, **mode)
     spans: dict[str, list[float]] = {}
     for _ in range(5):
         pk()
@@ -210,20 +225,25 @@ def main() -> None:
     ap.add_argument(
         "--batches", default=",".join(map(str, BATCHES)), metavar="B,B", help="Active tokens to time (default 1,4,16,64)"
     )
+    ap.add_argument(
+        "--w13", choices=("topk", "routed"), default="topk",
+        help="gate / up: routes the tokens itself beside the routing task (topk, default), or after it (routed)",
+    )  # fmt: skip
     args = ap.parse_args()
+    mode = dict(routing_in_w13=args.w13 == "topk")
     batches = [int(b) for b in args.batches.split(",") if b]
     cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
-    prebuild(batches, cc)
+    prebuild(batches, cc, mode)
     layers = make_layers()
     expert_bytes, router_bytes = 3 * I * H * 2, E * H * 2
     rows, problems = [], []
     for batch in batches:
         x = torch.randn(batch, H, dtype=bf, device="cuda")
         res = [torch.randn(batch, H, dtype=bf, device="cuda") for _ in range(LAYERS)]
-        one, _ = megakernel(batch, layers, 1, x, res, target_cc=cc)
-        many, blocks = megakernel(batch, layers, LAYERS, x, res, target_cc=cc)
+        one, _ = megakernel(batch, layers, 1, x, res, target_cc=cc, **mode)
+        many, blocks = megakernel(batch, layers, LAYERS, x, res, target_cc=cc, **mode)
         t_one = timing.time_us(one, reps=20, warmup=3, device_bound=True)
         t_many = timing.time_us(many, reps=20, warmup=3, device_bound=True)
         one.synchronize()
@@ -259,9 +279,12 @@ def main() -> None:
             "graph_over_mpk": graph_us / mpk_us,
         }
         if args.profile and batch in (1, 64):
-            row["layer_spans_us"] = layer_spans(batch, layers, x, res, cc)
+            row["layer_spans_us"] = layer_spans(batch, layers, x, res, cc, mode)
         rows.append(row)
-    timing.save("bench_moe", {**facts, "target_cc": cc, "copy_TBps": copy, "layers": LAYERS, "rows": rows, "problems": problems})
+    timing.save(
+        "bench_moe",
+        {**facts, "target_cc": cc, "w13": args.w13, "copy_TBps": copy, "layers": LAYERS, "rows": rows, "problems": problems},
+    )
 
     print(
         f"{facts['device']}, {facts['date']}, sm{cc}; copy {copy:.2f} TB/s; E={E} k={K} H={H} I={I}; {LAYERS} blocks in a chain"

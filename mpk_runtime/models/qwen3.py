@@ -4,7 +4,9 @@ embedding of ``input_tokens`` -> num_layers x (RMSNorm -> qkv linear -> paged at
 norm, RoPE, KV cache append, causal GQA) -> o_proj + residual -> RMSNorm -> MLP + residual) ->
 final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear with
 SiLU-mul fused -> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
-routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual).
+routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual; at decode
+batch sizes the gate / up layer routes the tokens itself, beside the routing task:
+moe_topk_w13_linear).
 In a dense model an RMSNorm whose only reader is a linear (before qkv, gate / up and the lm head)
 is folded into it (``rmsnorm_linear``; before gate / up ``rmsnorm_linear_silu_mul``, which also
 applies the SiLU-mul): no task, tensor or dependency hop of its own. A MoE model
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConfigError
+from ..tasks.moe_topk_w13_linear import MAX_SLOTS as MAX_ROUTING_SLOTS
 from . import grids as grid_plan
 from .config import Qwen3Config, check_state_dict
 
@@ -210,7 +213,11 @@ class _Builder:
         pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=weights, **route, grid_dim=(1, 1, 1), block_dim=bd)
         act = self.new(tag + "expert_act", n, k, inter)
         w13_t = self.attach(pre + "mlp.experts.gate_up_proj")
-        pk.moe_w13_linear_layer(input=hn, weight=w13_t, **route, output=act, grid_dim=(g.experts, 1, 1), block_dim=bd)
+        if e * (n | 1) <= MAX_ROUTING_SLOTS:  # gate / up routes the tokens itself, beside the routing task
+            w13 = dict(router_logits=logits, output=act, grid_dim=(max(1, g.experts - 1), 1, 1), block_dim=bd)
+            pk.moe_topk_w13_linear_layer(input=hn, weight=w13_t, **w13)
+        else:
+            pk.moe_w13_linear_layer(input=hn, weight=w13_t, **route, output=act, grid_dim=(g.experts, 1, 1), block_dim=bd)
         y = self.new(tag + "expert_out", n, k, c.hidden_size)
         w2_t = self.attach(pre + "mlp.experts.down_proj")
         pk.moe_w2_linear_layer(input=act, weight=w2_t, **route, output=y, grid_dim=(g.experts, 1, 1), block_dim=bd)

@@ -140,6 +140,18 @@ def test_the_whole_model_compiles(cc, moe):
     assert len(graph.k_caches) == 2 and "logits" in graph.intermediates
 
 
+@pytest.mark.parametrize("batch_tokens, gate_up", [(16, "moe_topk_w13_linear"), (300, "moe_w13_linear")])
+def test_moe_gate_up_routes_its_tokens_at_decode_batches(batch_tokens, gate_up):
+    """Up to 16384 routing slots (experts x token rows) the gate / up layer routes the tokens itself,
+    beside the routing task and on every worker but one; above, it waits for the routing task."""
+    c = Qwen3Config(**TINY, num_experts=64, num_experts_per_tok=2, moe_intermediate_size=32)
+    pk = mpk.PersistentKernel(**kernel_params(90, prompts=[list(range(batch_tokens))], max_batch_tokens=batch_tokens))
+    build_qwen3(pk, c, random_state_dict(c))
+    layers = {layer.spec.name: layer for layer in pk._graph.layers}
+    assert gate_up in layers and "moe_topk_softmax_routing" in layers
+    assert layers[gate_up].grid[0] == (7 if gate_up == "moe_topk_w13_linear" else 8)  # of 8 workers
+
+
 def test_reference_matches_transformers_qwen3():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
