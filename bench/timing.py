@@ -29,13 +29,19 @@ def mpi_ranks(script: str):
     return world
 
 
+# Every host-bound measurement of this process (time_us with device_bound): save() writes them into the
+# results, so that a figure timed on the host is marked there, not only on stderr.
+HOST_BOUND: list[dict] = []
+
+
 def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound: bool = False) -> float:
     """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds.
 
     ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch), so the figure should be
     the GPU's. Where the host took as long to issue a round as the GPU to run it, the GPU waited for
-    the host and the figure is the host's: say so on stderr. (A launch check that cost 2-3 us a tensor
-    once made a chain of all-reduces time the host: docs/PERFORMANCE.md, issue 18.)"""
+    the host and the figure is the host's: say so on stderr, and in HOST_BOUND (saved with the
+    results). (A launch check that cost 2-3 us a tensor once made a chain of all-reduces time the
+    host: docs/PERFORMANCE.md, issue 18.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -52,6 +58,8 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
         samples.append(start.elapsed_time(end) * 1e3 / reps)
     gpu_us, host_us = statistics.median(samples), statistics.median(host)
     if device_bound and host_us >= 0.9 * gpu_us:
+        what = getattr(fn, "__qualname__", type(fn).__name__)
+        HOST_BOUND.append({"call": what, "host_us": host_us, "gpu_us": gpu_us})
         print(
             f"timing: HOST-BOUND: issuing a call took {host_us:.1f} us on the host, the GPU {gpu_us:.1f} us: "
             f"this figure is the host's, not the GPU's",
@@ -79,7 +87,8 @@ def device_facts() -> dict:
 
 
 def save(name: str, data: dict) -> None:
-    """Write results to $OUT (device runs) or bench/results/ (elsewhere)."""
+    """Write results to $OUT (device runs) or bench/results/ (elsewhere), with the host-bound
+    measurements of this process under "host_bound" (empty when every figure is the GPU's)."""
     out = Path(os.environ.get("OUT") or Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(data, indent=1))
+    (out / f"{name}.json").write_text(json.dumps({**data, "host_bound": HOST_BOUND}, indent=1))

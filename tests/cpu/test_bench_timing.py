@@ -1,0 +1,67 @@
+"""bench/timing.py without a GPU (CUDA events faked): a device-bound measurement that the host
+paced is reported on stderr and saved with the results; one the GPU paced is not."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def timing(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_timing", BENCH / "timing.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # a fresh module: HOST_BOUND starts empty
+    return module
+
+
+def fake_gpu(monkeypatch, us_per_call: float, reps: int) -> None:
+    """CUDA events whose round takes us_per_call * reps on the 'GPU'; synchronize does nothing."""
+
+    class Event:
+        def __init__(self, enable_timing: bool = False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end) -> float:  # milliseconds
+            return us_per_call * reps / 1e3
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+
+def test_a_host_bound_figure_is_said_and_saved(timing, monkeypatch, capsys, tmp_path):
+    fake_gpu(monkeypatch, us_per_call=5.0, reps=4)
+
+    def launch():
+        time.sleep(200e-6)  # the host takes far longer to issue a call than the 'GPU' to run it
+
+    assert timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
+    assert "HOST-BOUND" in capsys.readouterr().err
+    [entry] = timing.HOST_BOUND
+    assert entry["call"].endswith("launch") and entry["host_us"] > entry["gpu_us"] == pytest.approx(5.0)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    timing.save("bench_x", {"rows": [1]})
+    saved = json.loads((tmp_path / "bench_x.json").read_text())
+    assert saved["rows"] == [1] and saved["host_bound"] == [entry]
+
+
+def test_a_device_bound_figure_is_not_marked(timing, monkeypatch, capsys, tmp_path):
+    fake_gpu(monkeypatch, us_per_call=1e6, reps=2)  # a second a call on the 'GPU'
+    assert timing.time_us(lambda: None, reps=2, warmup=1, rounds=3, device_bound=True) == pytest.approx(1e6)
+    assert "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
+    monkeypatch.setenv("OUT", str(tmp_path))
+    timing.save("bench_y", {})
+    assert json.loads((tmp_path / "bench_y.json").read_text())["host_bound"] == []
