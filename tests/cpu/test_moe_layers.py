@@ -2,7 +2,8 @@
 with tokens exactly once, evenly over the tasks), the dependencies of a block (expert linears are
 unordered among their own tasks, ordered against the layers around them; gate / up with the routing
 in it beside the routing layer), argument validation, and compile-only builds of a whole block
-(plain, SiLU-mul fused, routing in gate / up) for sm80, sm90 and sm100."""
+(plain, SiLU-mul fused, routing in gate / up from bf16 and from float32 logits) for sm80, sm90 and
+sm100."""
 
 from __future__ import annotations
 
@@ -155,5 +156,11 @@ def test_moe_block_compiles(make_pk, cc):
     block(pk, experts=64, topk=8, tasks=8, fused=False)
     block(pk, experts=64, topk=8, tasks=8, fused=True, tag="_fused")
     block(pk, experts=64, topk=8, tasks=7, fused=True, tag="_topk_w13", topk_w13=True)
+    x, w13 = (
+        pk.attach_input(torch.empty(16, 256, dtype=bf), "x_fp32"),
+        pk.attach_input(torch.empty(64, 256, 256, dtype=bf), "w13_fp32"),
+    )
+    logits, y = pk.attach_input(torch.empty(16, 64), "logits_fp32"), pk.attach_input(torch.empty(16, 8, 128, dtype=bf), "y_fp32")
+    pk.moe_topk_w13_linear_layer(input=x, weight=w13, router_logits=logits, output=y, grid_dim=(7, 1, 1), block_dim=pk.block_dim)
     pk.compile()
     assert "moe_w13_linear" in pk.build_result.entry.name or pk.build_result.path.exists()

@@ -122,6 +122,8 @@ class TestMoeTopkW13(SceneTestCase):
         *expert_cases(fused_too=True),
         Case("e64_k8_nan_a20_t8_fused", experts=64, topk=8, active=20, pattern="nan", tasks=8, fused=True),
         Case("e128_k8_signed_zeros_a5_t7_fused", experts=128, topk=8, active=5, pattern="signed_zeros", tasks=7, fused=True),
+        # float32 logits (the router's output dtype is the caller's choice), with NaN and -inf in them
+        Case("e64_k8_nan_a33_t5_fused_fp32", experts=64, topk=8, active=33, pattern="nan", tasks=5, fused=True, fp32=True),
     ]
     SWEEP = {**SWEEP, "pattern": st.sampled_from(PATTERNS), "fused": st.just(True)}
 
@@ -129,7 +131,8 @@ class TestMoeTopkW13(SceneTestCase):
         return kernel_params(params["active"])
 
     def generate_args(self, params):
-        return {**w13_tensors(params), "router_logits": logits(params["pattern"], params["experts"]).to(torch.bfloat16)}
+        dtype = torch.float32 if params.get("fp32") else torch.bfloat16
+        return {**w13_tensors(params), "router_logits": logits(params["pattern"], params["experts"]).to(dtype)}
 
     def build(self, pk, t, params):
         pk.moe_topk_w13_linear_layer(
