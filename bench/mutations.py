@@ -282,8 +282,8 @@ MUTATIONS: list[Mutation] = [
         "expert mask as an inclusive prefix count",
         "tasks/common/moe_routing.cuh",
         "if (e < E) mask[e] = offset + before;",
-        "if (e < E) mask[e] = offset + before + count[i];",
-        ROUTING,
+        "if (e < E) mask[e] = offset + before + n;",
+        ROUTING + TOPK_W13,  # write_expert_mask: both layers build their mask with it
     ),
     M(
         "routing-drop-staging-barrier",
@@ -357,8 +357,8 @@ MUTATIONS: list[Mutation] = [
         "dropped barrier",
         "the expert counts read the slots before every warp has written its tokens'",
         "tasks/common/moe_topk_w13_linear.cuh",
-        "  __syncthreads();\n  int offset = 0;",
-        "  int offset = 0;",
+        "  __syncthreads();  // every token's slots\n",
+        "",
         TOPK_W13,
     ),
     M(
@@ -368,15 +368,6 @@ MUTATIONS: list[Mutation] = [
         "tasks/common/moe_topk_w13_linear.cuh",
         "slots, RS, mask, task.output<T>(0)",
         "slots, B, mask, task.output<T>(0)",
-        TOPK_W13,
-    ),
-    M(
-        "topk-w13-mask-inclusive",
-        "wrong reduction",
-        "the expert mask as an inclusive prefix count",
-        "tasks/common/moe_topk_w13_linear.cuh",
-        "if (e < E) mask[e] = offset + before;",
-        "if (e < E) mask[e] = offset + before + count;",
         TOPK_W13,
     ),
     # --- tasks/common/moe_silu_mul.cuh, moe_mul_sum_add.cuh ---------------------------------------

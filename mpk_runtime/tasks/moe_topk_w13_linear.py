@@ -12,7 +12,7 @@ from ..dtypes import FLOATING
 from ..errors import DTypeError, ShapeError
 from .moe_experts import ExpertLinear, emulate_units
 from .moe_routing import MAX_EXPERTS, MAX_TOPK
-from .registry import Arg, EmulationContext, SliceInfo, register_task, selected, whole
+from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, selected, whole
 
 # Every task keeps the routing slots of the whole batch in shared memory: E x (tokens | 1) ints.
 MAX_SLOTS = 16384
@@ -74,7 +74,8 @@ class MoeTopkW13Linear(ExpertLinear):
         return [x.dtype.cpp, logit, x.full_shape[0], experts, y.full_shape[1], k_in, n, y.full_shape[2]]
 
     def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
-        return super(ExpertLinear, self).error_message(code, value, layer, tensors)
+        # Its slots come from its own routing, not from a routing_indices input: the generic message.
+        return TaskSpec.error_message(self, code, value, layer, tensors)
 
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext

@@ -87,6 +87,24 @@ __device__ __forceinline__ float topk_of_token(T const *row, int lane, Put put, 
   return kept;
 }
 
+// The whole CTA: the expert mask from the experts' token counts, mask[e] = the tokens routed to the
+// experts below e and mask[E] = all of them. count(i) is the count of expert threadIdx.x + i *
+// kWorkerThreads, asked only for experts below E.
+template <int E, typename Count>
+__device__ __forceinline__ void write_expert_mask(Count count, int32_t *mask) {
+  int offset = 0;  // experts are numbered chunk by chunk of kWorkerThreads, in thread order
+#pragma unroll
+  for (int i = 0; i < (E + kWorkerThreads - 1) / kWorkerThreads; ++i) {
+    int const e = threadIdx.x + i * kWorkerThreads;
+    int const n = e < E ? count(i) : 0;
+    int total;
+    int const before = block_exclusive_sum(n, total);
+    if (e < E) mask[e] = offset + before;
+    offset += total;
+  }
+  if (threadIdx.x == 0) mask[E] = offset;
+}
+
 }  // namespace routing_detail
 
 template <typename T, int E, int TOPK>
@@ -136,16 +154,7 @@ __device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, R
     __syncthreads();  // the staging area is rewritten by the next chunk
   }
 
-  int offset = 0;  // experts are numbered chunk by chunk of kWorkerThreads, in thread order
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    int const e = threadIdx.x + i * kWorkerThreads;
-    int total;
-    int const before = block_exclusive_sum(e < E ? count[i] : 0, total);
-    if (e < E) mask[e] = offset + before;
-    offset += total;
-  }
-  if (threadIdx.x == 0) mask[E] = offset;
+  write_expert_mask<E>([&](int i) { return count[i]; }, mask);
 }
 
 }  // namespace tasks

@@ -11,7 +11,6 @@
 #pragma once
 #include <stdint.h>
 
-#include "primitives/scan.cuh"
 #include "runtime/task_api.cuh"
 #include "tasks/common/moe_linear.cuh"
 #include "tasks/common/moe_routing.cuh"
@@ -54,19 +53,15 @@ __device__ __forceinline__ void moe_topk_w13_linear(TaskDesc const &task, Runtim
     routing_detail::topk_of_token<TL, E, TOPK>(
         logits + static_cast<size_t>(t) * E, lane, [&](int e, int slot) { slots[e * RS + t] = slot; }, top);
   }
-  __syncthreads();
-  int offset = 0;  // the expert mask: the exclusive prefix count of each expert's tokens
-  for (int base = 0; base < E; base += kWorkerThreads) {
-    int const e = base + static_cast<int>(threadIdx.x);
-    int count = 0;
-    if (e < E)
-      for (int t = 0; t < tokens; ++t) count += slots[e * RS + t] != 0;
-    int total;
-    int const before = block_exclusive_sum(count, total);
-    if (e < E) mask[e] = offset + before;
-    offset += total;
-  }
-  if (threadIdx.x == 0) mask[E] = offset;
+  __syncthreads();  // every token's slots
+  routing_detail::write_expert_mask<E>(
+      [&](int i) {
+        int const e = threadIdx.x + i * kWorkerThreads;
+        int count = 0;
+        for (int t = 0; t < tokens; ++t) count += slots[e * RS + t] != 0;
+        return count;
+      },
+      mask);
   __syncthreads();
   moe_detail::expert_work<T, B, E, TOPK, K, N, OUT_COLS, true>(task, rt, task.input<T const>(0), task.input<T const>(1),
                                                                slots, RS, mask, task.output<T>(0), mask + E + 1);
