@@ -4,8 +4,10 @@ routed and against torch, in one run.
 
 - megakernel: LAYERS MoE blocks chained as consecutive decoder layers would be (block l+1 takes
   block l's output; 1.2 GB of weights each), router linear -> routing -> w13 with SiLU-mul fused ->
-  w2 -> combine + residual; w13 routes the tokens itself from the logits, beside the routing task
-  (moe_topk_w13_linear; --w13 routed: moe_w13_linear after the routing task). One block costs
+  w2 with the weighted sum + residual; w13 routes the tokens itself from the logits, beside the
+  routing task (moe_topk_w13_linear; --w13 routed: moe_w13_linear after the routing task), and w2
+  sums each token's experts itself (moe_w2_mul_sum_add, each task owning H / T columns; --w2 split:
+  moe_w2_linear, then moe_mul_sum_add). One block costs
   (T(LAYERS) - T(1)) / (LAYERS - 1), which removes the launch's fixed cost (the per-launch time /
   LAYERS is reported too).
 - floor: per block, (distinct experts routed x 3 * I * H + E * H) * 2 bytes / copy bandwidth, with
@@ -18,7 +20,8 @@ routed and against torch, in one run.
   megakernel's own logits), expert outputs and block output against fp32 math on that routing.
 - --profile: the span of each layer inside one launch (profiler), per block, at B = 1 and 64.
 
-    python bench/bench_moe.py [--profile] [--batches 1,4] [--w13 topk|routed]   # writes $OUT/bench_moe.json; table last
+    python bench/bench_moe.py [--profile] [--batches 1,4] [--w13 topk|routed] [--w2 sum|split]
+    # writes $OUT/bench_moe.json; table last
 """
 
 from __future__ import annotations
@@ -68,11 +71,14 @@ def megakernel(
     res: list[torch.Tensor],
     compiled: bool = True,
     routing_in_w13: bool = True,
+    w2_sum: bool = True,
     **params,
 ):
     """A kernel running the first `count` blocks (compiled unless `compiled=False`); returns it and each
     block's tensors (CUDA). routing_in_w13: gate / up routes the tokens itself (moe_topk_w13_linear,
-    beside the routing task); else it waits for the routing task (moe_w13_linear)."""
+    beside the routing task); else it waits for the routing task (moe_w13_linear). w2_sum: the down
+    projection sums each token's experts itself (moe_w2_mul_sum_add; no `y`); else moe_w2_linear and
+    moe_mul_sum_add."""
     pk = layer_bench.kernel(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, **params)
     tasks, bd = pk.params.num_workers, pk.block_dim
     X = pk.attach_input(x, "x")
@@ -84,9 +90,10 @@ def megakernel(
             "routing_indices": torch.empty(E, batch, dtype=torch.int32, device="cuda"),
             "expert_mask": torch.empty(E + 1, dtype=torch.int32, device="cuda"),
             "act": torch.empty(batch, K, I, dtype=bf, device="cuda"),
-            "y": torch.empty(batch, K, H, dtype=bf, device="cuda"),
             "out": torch.empty(batch, H, dtype=bf, device="cuda"),
         }
+        if not w2_sum:  # the experts' outputs before the weighted sum
+            t["y"] = torch.empty(batch, K, H, dtype=bf, device="cuda")
         a = {n: pk.attach_input(v, f"{n}{i}") for n, v in {**t, **layers[i], "res": res[i]}.items()}
         route = dict(routing_indices=a["routing_indices"], expert_mask=a["expert_mask"])
         pk.linear_layer(input=X, weight=a["wr"], output=a["logits"], grid_dim=(ROUTER_TASKS, 1, 1), block_dim=bd)
@@ -99,15 +106,22 @@ def megakernel(
             )
         else:
             pk.moe_w13_linear_layer(input=X, weight=a["w13"], **route, output=a["act"], grid_dim=(tasks, 1, 1), block_dim=bd)
-        pk.moe_w2_linear_layer(input=a["act"], weight=a["w2"], **route, output=a["y"], grid_dim=(tasks, 1, 1), block_dim=bd)
-        pk.moe_mul_sum_add_layer(
-            input=a["y"],
-            topk_weights=a["topk_weights"],
-            residual=a["res"],
-            output=a["out"],
-            grid_dim=(COMBINE_TASKS, 1, 1),
-            block_dim=bd,
-        )
+        if w2_sum:  # the most column slices of 16 that the workers hold: 128 at H = 2048
+            slices = max(d for d in range(1, min(tasks, H // 16) + 1) if (H // 16) % d == 0)
+            pk.moe_w2_mul_sum_add_layer(
+                input=a["act"], weight=a["w2"], **route, topk_weights=a["topk_weights"], residual=a["res"],
+                output=a["out"], grid_dim=(slices, 1, 1), block_dim=bd,
+            )  # fmt: skip
+        else:
+            pk.moe_w2_linear_layer(input=a["act"], weight=a["w2"], **route, output=a["y"], grid_dim=(tasks, 1, 1), block_dim=bd)
+            pk.moe_mul_sum_add_layer(
+                input=a["y"],
+                topk_weights=a["topk_weights"],
+                residual=a["res"],
+                output=a["out"],
+                grid_dim=(COMBINE_TASKS, 1, 1),
+                block_dim=bd,
+            )
         blocks.append({**t, "x": x if i == 0 else blocks[-1]["out"], "res": res[i]})
         X = a["out"]
     if compiled:
@@ -192,7 +206,9 @@ def check(blocks, layers) -> list[str]:
             act[t, j] = F.silu(gu[:, :I]) * gu[:, I:]
             y[t, j] = act[t, j] @ p["w2"][e].float().T
         out = b["res"].float() + (y * b["topk_weights"][..., None]).sum(dim=1)
-        for name, got, want in (("act", b["act"], act), ("y", b["y"], y), ("out", b["out"], out)):
+        for name, got, want in (("act", b["act"], act), ("y", b.get("y"), y), ("out", b["out"], out)):
+            if got is None:
+                continue  # w2 summed the experts itself: no y
             err = ((got.float() - want).norm() / want.norm()).item()
             if err > 1e-2:
                 bad.append(f"block {i}: {name} relative error {err:.2e}")
@@ -229,8 +245,12 @@ def main() -> None:
         "--w13", choices=("topk", "routed"), default="topk",
         help="gate / up: routes the tokens itself beside the routing task (topk, default), or after it (routed)",
     )  # fmt: skip
+    ap.add_argument(
+        "--w2", choices=("sum", "split"), default="sum",
+        help="down projection: sums each token's experts itself (sum, default), or moe_w2_linear then moe_mul_sum_add (split)",
+    )  # fmt: skip
     args = ap.parse_args()
-    mode = dict(routing_in_w13=args.w13 == "topk")
+    mode = dict(routing_in_w13=args.w13 == "topk", w2_sum=args.w2 == "sum")
     batches = [int(b) for b in args.batches.split(",") if b]
     cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
     facts = timing.device_facts()
@@ -283,7 +303,16 @@ def main() -> None:
         rows.append(row)
     timing.save(
         "bench_moe",
-        {**facts, "target_cc": cc, "w13": args.w13, "copy_TBps": copy, "layers": LAYERS, "rows": rows, "problems": problems},
+        {
+            **facts,
+            "target_cc": cc,
+            "w13": args.w13,
+            "w2": args.w2,
+            "copy_TBps": copy,
+            "layers": LAYERS,
+            "rows": rows,
+            "problems": problems,
+        },
     )
 
     print(

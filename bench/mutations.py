@@ -26,6 +26,7 @@ TOPK_W13 = ("tests/scenes/moe/test_moe_experts.py::TestMoeTopkW13",)
 MOE_ELEMENTWISE = ("tests/scenes/moe/test_moe_elementwise.py",)
 MOE_SILU = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeSiluMul",)
 MOE_SUM = ("tests/scenes/moe/test_moe_elementwise.py::TestMoeMulSumAdd",)
+W2_SUM = ("tests/scenes/moe/test_moe_experts.py::TestMoeW2MulSumAdd",)
 ATTENTION = ("tests/scenes/paged_attention/test_paged_attention.py",)
 # Code every layer runs (the runtime): the scenes of the runtime's own edges (a straggler that
 # END_OF_TASK_GRAPH must wait for, a one-task graph), rmsnorm (one request, pages of one token) and
@@ -338,8 +339,8 @@ MUTATIONS: list[Mutation] = [
         "stride",
         "fused SiLU output column 8 * unit + t instead of + 2 * t",
         "tasks/common/moe_linear.cuh",
-        "yr[8 * unit + 2 * t + c] = from_float<T>(silu(a) * b);",
-        "yr[8 * unit + t + c] = from_float<T>(silu(a) * b);",
+        "yr[8 * unit + 2 * t + c] = from_float<T>(silu(a) * v);",
+        "yr[8 * unit + t + c] = from_float<T>(silu(a) * v);",
         EXPERTS,
     ),
     M(
@@ -406,6 +407,34 @@ MUTATIONS: list[Mutation] = [
         "for (int j = 0; j < TOPK; ++j)\n        acc +=",
         "for (int j = 0; j < TOPK - 1; ++j)\n        acc +=",
         MOE_SUM,
+    ),
+    # --- tasks/common/moe_w2_mul_sum_add.cuh ------------------------------------------------------
+    M(
+        "w2-sum-drop-sums-barrier",
+        "dropped barrier",
+        "the epilogue adds the warps' sums before every warp has finished its units",
+        "tasks/common/moe_w2_mul_sum_add.cuh",
+        "  __syncthreads();  // every warp's sums\n",
+        "",
+        W2_SUM,
+    ),
+    M(
+        "w2-sum-epilogue-row-stride",
+        "stride",
+        "the epilogue reads a token's sums C apart, written AS = C + 1 apart",
+        "tasks/common/moe_w2_mul_sum_add.cuh",
+        "wp * w2sum_detail::warp_words<B, C>() + tok * AS + c;",
+        "wp * w2sum_detail::warp_words<B, C>() + tok * C + c;",
+        W2_SUM,
+    ),
+    M(
+        "w2-sum-slot-weight-index",
+        "stride",
+        "every expert of a token weighted by its first slot's weight (topk_weights[tok * TOPK])",
+        "tasks/common/moe_w2_mul_sum_add.cuh",
+        "my_weights[count + upto - 1] = topk_weights[tok * TOPK + slot - 1];",
+        "my_weights[count + upto - 1] = topk_weights[tok * TOPK];",
+        W2_SUM,
     ),
     # --- tasks/common/paged_attention.cuh ---------------------------------------------------------
     M(

@@ -5,8 +5,9 @@ norm, RoPE, KV cache append, causal GQA) -> o_proj + residual -> RMSNorm -> MLP 
 final RMSNorm -> lm head -> argmax into ``output_tokens``. The MLP is gate / up linear with
 SiLU-mul fused -> down + residual, or with ``config.num_experts`` the Qwen3-MoE block (router linear -> top-k
 routing -> expert gate / up with SiLU-mul fused -> expert down -> weighted sum + residual; at decode
-batch sizes the gate / up layer routes the tokens itself, beside the routing task:
-moe_topk_w13_linear).
+batch sizes the gate / up layer routes the tokens itself, beside the routing task
+(moe_topk_w13_linear), and the down projection sums each token's experts itself
+(moe_w2_mul_sum_add)).
 In a dense model an RMSNorm whose only reader is a linear (before qkv, gate / up and the lm head)
 is folded into it (``rmsnorm_linear``; before gate / up ``rmsnorm_linear_silu_mul``, which also
 applies the SiLU-mul): no task, tensor or dependency hop of its own. A MoE model
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ConfigError
+from ..tasks import moe_w2_mul_sum_add
 from ..tasks.moe_topk_w13_linear import MAX_SLOTS as MAX_ROUTING_SLOTS
 from . import grids as grid_plan
 from .config import Qwen3Config, check_state_dict
@@ -218,8 +220,19 @@ class _Builder:
             pk.moe_topk_w13_linear_layer(input=hn, weight=w13_t, **w13)
         else:
             pk.moe_w13_linear_layer(input=hn, weight=w13_t, **route, output=act, grid_dim=(g.experts, 1, 1), block_dim=bd)
-        y = self.new(tag + "expert_out", n, k, c.hidden_size)
         w2_t = self.attach(pre + "mlp.experts.down_proj")
+        # The down projection with the weighted sum: the most 16-column slices of hidden the workers
+        # hold, where their sums fit in shared memory (decode batches); else down, then the sum.
+        units = c.hidden_size // 16
+        slices = max(d for d in range(1, min(g.experts, units) + 1) if units % d == 0)
+        columns = c.hidden_size // slices
+        if c.hidden_size % 16 == 0 and moe_w2_mul_sum_add.smem_bytes(n, e, columns) <= moe_w2_mul_sum_add.SMEM_LIMIT:
+            pk.moe_w2_mul_sum_add_layer(
+                input=act, weight=w2_t, **route, topk_weights=weights, residual=residual, output=out,
+                grid_dim=(slices, 1, 1), block_dim=bd,
+            )  # fmt: skip
+            return
+        y = self.new(tag + "expert_out", n, k, c.hidden_size)
         pk.moe_w2_linear_layer(input=act, weight=w2_t, **route, output=y, grid_dim=(g.experts, 1, 1), block_dim=bd)
         pk.moe_mul_sum_add_layer(
             input=y, topk_weights=weights, residual=residual, output=out, grid_dim=(g.embed, 1, 1), block_dim=bd

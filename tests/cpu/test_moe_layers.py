@@ -1,16 +1,17 @@
 """The MoE layers without a GPU: the run-time split of the routed work (every unit of every expert
 with tokens exactly once, evenly over the tasks), the dependencies of a block (expert linears are
 unordered among their own tasks, ordered against the layers around them; gate / up with the routing
-in it beside the routing layer), argument validation, and compile-only builds of a whole block
-(plain, SiLU-mul fused, routing in gate / up from bf16 and from float32 logits) for sm80, sm90 and
-sm100."""
+in it beside the routing layer; the down projection with the weighted sum after both), argument
+validation, a bad routing slot reported by the down projections in emulation, and compile-only
+builds of a whole block (plain, SiLU-mul fused, routing in gate / up from bf16 and from float32
+logits, down projection and weighted sum in one layer) for sm80, sm90 and sm100."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mpk_runtime.errors import DTypeError, GridError, ShapeError
+from mpk_runtime.errors import DTypeError, GridError, KernelError, ShapeError
 from mpk_runtime.tasks.moe_experts import assigned_units
 
 bf = torch.bfloat16
@@ -35,7 +36,7 @@ def test_every_routed_unit_goes_to_exactly_one_task_evenly(seed):
         assert max(sizes) - min(sizes) <= 1
 
 
-def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=False, tag="", topk_w13=False):
+def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=False, tag="", topk_w13=False, w2_sum=False):
     def t(name, *shape, dtype=bf):
         return pk.attach_input(torch.empty(*shape, dtype=dtype), name + tag)
 
@@ -43,7 +44,7 @@ def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=
     wr, w13, w2 = t("wr", experts, hidden), t("w13", experts, 2 * inter, hidden), t("w2", experts, hidden, inter)
     logits, tw = t("logits", rows, experts), t("tw", rows, topk, dtype=torch.float32)
     route = dict(routing_indices=t("ri", experts, rows, dtype=torch.int32), expert_mask=t("em", experts + 1, dtype=torch.int32))
-    act, y, bd = t("act", rows, topk, inter), t("y", rows, topk, hidden), pk.block_dim
+    act, bd = t("act", rows, topk, inter), pk.block_dim
     pk.linear_layer(input=x, weight=wr, output=logits, grid_dim=(experts // 8, 1, 1), block_dim=bd)
     pk.moe_topk_softmax_routing_layer(input=logits, topk_weights=tw, **route, grid_dim=(1, 1, 1), block_dim=bd)
     if topk_w13:
@@ -54,6 +55,13 @@ def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=
         mid = t("mid", rows, topk, 2 * inter)
         pk.moe_w13_linear_layer(input=x, weight=w13, **route, output=mid, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.moe_silu_mul_layer(input=mid, output=act, grid_dim=(2, 1, 1), block_dim=bd)
+    if w2_sum:  # column slices of H: the most tasks up to `tasks` that cut H / 16 evenly
+        cut = max(d for d in range(1, tasks + 1) if hidden // 16 % d == 0)
+        pk.moe_w2_mul_sum_add_layer(
+            input=act, weight=w2, **route, topk_weights=tw, residual=res, output=out, grid_dim=(cut, 1, 1), block_dim=bd
+        )
+        return
+    y = t("y", rows, topk, hidden)
     pk.moe_w2_linear_layer(input=act, weight=w2, **route, output=y, grid_dim=(tasks, 1, 1), block_dim=bd)
     pk.moe_mul_sum_add_layer(input=y, topk_weights=tw, residual=res, output=out, grid_dim=(4, 1, 1), block_dim=bd)
 
@@ -133,6 +141,136 @@ def test_routing_in_gate_up_arguments_are_checked(make_pk, change, error, words)
     assert words in str(e.value)
 
 
+@pytest.mark.parametrize("topk_w13", [False, True], ids=["w13", "topk_w13"])
+def test_down_projection_with_the_sum_waits_for_gate_up_and_routing(make_pk, topk_w13):
+    """moe_w2_mul_sum_add waits for every gate / up task (an edge of its own) and for the routing task
+    (its routing_indices, expert_mask and topk_weights: through gate / up where that waits for the
+    routing, an edge of its own where gate / up routes itself); its tasks, owning distinct columns,
+    do not wait for each other, not even through other tasks."""
+    pk = make_pk(90, num_workers=4, **BATCH)
+    block(pk, tasks=4, fused=True, topk_w13=topk_w13, w2_sum=True)
+    g = pk._graph
+    by_layer = {layer.name: set(range(layer.first_task, layer.first_task + layer.num_tasks)) for layer in g.layers}
+    w13 = by_layer["moe_topk_w13_linear_0" if topk_w13 else "moe_w13_linear_0"]
+    routing, w2_sum = by_layer["moe_topk_softmax_routing_0"], by_layer["moe_w2_mul_sum_add_0"]
+    assert len(w2_sum) == 4 and "moe_w2_linear_0" not in by_layer and "moe_mul_sum_add_0" not in by_layer
+
+    def before(tid):  # every task that tid waits for, directly or through others
+        seen, todo = set(), list(g.tasks[tid].deps)
+        while todo:
+            if (d := todo.pop()) not in seen:
+                seen.add(d)
+                todo += g.tasks[d].deps
+        return seen
+
+    for tid in w2_sum:
+        deps = set(g.tasks[tid].deps)
+        assert deps >= w13 and before(tid) >= w13 | routing and not before(tid) & w2_sum
+        assert deps >= routing if topk_w13 else not deps & routing  # the edge the layer order implies is pruned
+
+
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        (dict(input=(16, 256)), ShapeError, "input must be (tokens, k, I) and weight (experts, H, I) with the same I"),
+        (dict(weight=(8, 256, 96)), ShapeError, "with the same I; got (16, 2, 128), (8, 256, 96)"),
+        (dict(routing=(8, 15)), ShapeError, "routing_indices must be (experts, tokens) = (8, 16)"),
+        (
+            dict(mask=(8,)),
+            ShapeError,
+            "expert_mask (9,) and topk_weights (tokens, k) = (16, 2) (from moe_topk_softmax_routing); got (8, 16), (8,)",
+        ),
+        (
+            dict(tw=(16, 3)),
+            ShapeError,
+            "topk_weights (tokens, k) = (16, 2) (from moe_topk_softmax_routing); got (8, 16), (9,), (16, 3)",
+        ),
+        (dict(residual=(16, 128)), ShapeError, "residual and output must be (tokens, H) = (16, 256); got (16, 128), (16, 256)"),
+        (dict(output=(15, 256)), ShapeError, "residual and output must be (tokens, H) = (16, 256); got (16, 256), (15, 256)"),
+        (dict(inter=48), ShapeError, "I = 48 must be a multiple of 32 (tensor-core k-blocks)"),
+        (
+            dict(grid=3),
+            ShapeError,
+            "grid x = 3 tasks must cut H = 256 into slices of a multiple of 16 columns; use a divisor of 16",
+        ),
+        (dict(grid=32), ShapeError, "grid x = 32 tasks must cut H = 256 into slices of a multiple of 16 columns"),
+        (dict(input_dtype=torch.float32), DTypeError, "input (DTensor('x', shape=(16, 2, 128), dtype=fp32)) must be bfloat16 or"),
+        (
+            dict(weight_dtype=torch.float16),
+            DTypeError,
+            "weight (DTensor('w', shape=(8, 256, 128), dtype=fp16)) must be bfloat16 or float16, like input",
+        ),
+        (dict(residual_dtype=torch.float32), DTypeError, "residual (DTensor('res', shape=(16, 256), dtype=fp32)) must be"),
+        (dict(output_dtype=torch.float16), DTypeError, "output (DTensor('y', shape=(16, 256), dtype=fp16)) must be bfloat16"),
+        (dict(routing_dtype=torch.int64), DTypeError, "routing_indices (DTensor('r', shape=(8, 16), dtype=i64)) must be int32"),
+        (dict(mask_dtype=torch.float32), DTypeError, "expert_mask (DTensor('m', shape=(9,), dtype=fp32)) must be int32"),
+        (dict(tw_dtype=bf), DTypeError, "topk_weights (DTensor('tw', shape=(16, 2), dtype=bf16)) must be float32"),
+        (
+            dict(rows=64, grid=1),
+            ShapeError,
+            "64 token rows x 256 columns a task need 530464 bytes of sums in shared memory, more than 131072",
+        ),
+        (dict(rows=64, grid=2), ShapeError, "64 token rows x 128 columns a task need 268320 bytes"),
+    ],
+)
+def test_down_projection_with_the_sum_arguments_are_checked(make_pk, change, error, words):
+    rows, inter, k = change.get("rows", 16), change.get("inter", 128), 2
+    pk = make_pk(90, **{**BATCH, "max_num_batched_tokens": rows})
+
+    def t(arg, name, shape, dtype=bf):
+        return pk.attach_input(torch.empty(*change.get(arg, shape), dtype=change.get(arg + "_dtype", dtype)), name)
+
+    with pytest.raises(error) as e:
+        pk.moe_w2_mul_sum_add_layer(
+            input=t("input", "x", (rows, k, inter)),
+            weight=t("weight", "w", (8, 256, inter)),
+            routing_indices=t("routing", "r", (8, rows), torch.int32),
+            expert_mask=t("mask", "m", (9,), torch.int32),
+            topk_weights=t("tw", "tw", (rows, k), torch.float32),
+            residual=t("residual", "res", (rows, 256)),
+            output=t("output", "y", (rows, 256)),
+            grid_dim=(change.get("grid", 4), 1, 1),
+            block_dim=pk.block_dim,
+        )
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("emulate", [True, "reference"], ids=["cuda_bodies", "reference"])
+@pytest.mark.parametrize("layer", ["moe_w2_linear", "moe_w2_mul_sum_add"])
+def test_a_routing_slot_out_of_range_is_reported(make_pk, layer, emulate):
+    """An active token's slot past k in the routing (here k + 1 for token 0 at expert 1) fails the
+    task with the spec's words; an inactive token's column (a junk -1 for token 5) is not read."""
+    experts, k, hidden, inter = 8, 2, 256, 128
+    prompt = {"prompt_lengths": torch.tensor([1], dtype=torch.int32)}  # one active token
+    pk = make_pk(90, compile_only=False, emulate=emulate, **BATCH, meta_tensors=prompt)
+    ri = torch.zeros(experts, 16, dtype=torch.int32)
+    ri[1, 0], ri[1, 5] = k + 1, -1
+    em = torch.tensor([0, 0] + [1] * (experts - 1), dtype=torch.int32)  # expert 1 has the token
+
+    def t(value, name):
+        return pk.attach_input(value, name)
+
+    x, w = t(torch.zeros(16, k, inter, dtype=bf), "x"), t(torch.zeros(experts, hidden, inter, dtype=bf), "w")
+    route = dict(routing_indices=t(ri, "ri"), expert_mask=t(em, "em"))
+    if layer == "moe_w2_linear":
+        y = t(torch.zeros(16, k, hidden, dtype=bf), "y")
+        pk.moe_w2_linear_layer(input=x, weight=w, **route, output=y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    else:
+        tw, res, out = (
+            t(torch.zeros(16, k), "tw"),
+            t(torch.zeros(16, hidden, dtype=bf), "res"),
+            t(torch.zeros(16, hidden, dtype=bf), "out"),
+        )
+        pk.moe_w2_mul_sum_add_layer(
+            input=x, weight=w, **route, topk_weights=tw, residual=res, output=out, grid_dim=(2, 1, 1), block_dim=pk.block_dim
+        )
+    pk.compile()
+    with pytest.raises(KernelError, match=rf"^emulated iteration 0: task \d {layer}_0\[\d\] failed: ") as e:
+        pk()
+    pk.finalize()
+    assert str(e.value).endswith(f"routing_indices holds slot {k + 1}; slots are 0 (not routed) or 1..k")
+
+
 def test_routing_arguments_are_checked(make_pk):
     pk = make_pk(90, **BATCH)
     x = pk.attach_input(torch.empty(4, 8, dtype=bf), "x")
@@ -156,6 +294,7 @@ def test_moe_block_compiles(make_pk, cc):
     block(pk, experts=64, topk=8, tasks=8, fused=False)
     block(pk, experts=64, topk=8, tasks=8, fused=True, tag="_fused")
     block(pk, experts=64, topk=8, tasks=7, fused=True, tag="_topk_w13", topk_w13=True)
+    block(pk, experts=64, topk=8, tasks=8, fused=True, tag="_w2_sum", topk_w13=True, w2_sum=True)
     x, w13 = (
         pk.attach_input(torch.empty(16, 256, dtype=bf), "x_fp32"),
         pk.attach_input(torch.empty(64, 256, 256, dtype=bf), "w13_fp32"),

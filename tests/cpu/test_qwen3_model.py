@@ -152,6 +152,20 @@ def test_moe_gate_up_routes_its_tokens_at_decode_batches(batch_tokens, gate_up):
     assert layers[gate_up].grid[0] == (7 if gate_up == "moe_topk_w13_linear" else 8)  # of 8 workers
 
 
+@pytest.mark.parametrize("batch_tokens, down", [(16, ["moe_w2_mul_sum_add"]), (300, ["moe_w2_linear", "moe_mul_sum_add"])])
+def test_moe_down_sums_the_experts_at_decode_batches(batch_tokens, down):
+    """Where every task's sums of its hidden columns fit in shared memory (decode batches), the down
+    projection sums each token's experts itself, one 16-column slice per worker; above, the down
+    projection and the weighted sum are two layers."""
+    c = Qwen3Config(**TINY, num_experts=64, num_experts_per_tok=2, moe_intermediate_size=32)
+    pk = mpk.PersistentKernel(**kernel_params(90, prompts=[list(range(batch_tokens))], max_batch_tokens=batch_tokens))
+    build_qwen3(pk, c, random_state_dict(c))
+    layers = {layer.spec.name: layer for layer in pk._graph.layers}
+    assert {"moe_w2_mul_sum_add", "moe_w2_linear", "moe_mul_sum_add"} & layers.keys() == set(down)
+    if down == ["moe_w2_mul_sum_add"]:
+        assert layers["moe_w2_mul_sum_add"].grid[0] == min(8, c.hidden_size // 16)  # of 8 workers
+
+
 def test_reference_matches_transformers_qwen3():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """The MoE block on the GPU (router linear -> routing -> w13 -> SiLU-mul, fused or not -> w2 ->
-combine + residual), sm80 and sm90 builds, every stage against its reference applied to the
+combine + residual; with SiLU-mul fused, w2 and the combine are one layer, moe_w2_mul_sum_add, as
+in the decode benchmark and the models), sm80 and sm90 builds, every stage against its reference applied to the
 kernel's own upstream outputs (so a near-tie in the router logits cannot cascade), routing
 exactly; rows of inactive tokens stay poisoned. Routing cases: uniform, one expert for every token
 (64 tokens: four m16 tiles), all tokens alike, ties, few experts with tokens; E = 8, 64, 128;
@@ -18,7 +19,7 @@ from mpk_runtime.harness import find_reference as find
 
 bf = torch.bfloat16
 ROWS = 64  # max_num_batched_tokens: one build per shape serves every active count
-SHAPES = {  # name: (experts, topk, hidden, inter, fused)
+SHAPES = {  # name: (experts, topk, hidden, inter, fused: SiLU-mul in w13, and w2 with the combine)
     "e8_k2": (8, 2, 256, 128, False),
     "e64_k8": (64, 8, 256, 128, False),
     "e64_k1": (64, 1, 256, 128, False),
@@ -80,11 +81,11 @@ def build_block(pk, shape: str, pattern: str, device: str = "cuda") -> dict[str,
         "routing_indices": torch.full((e, ROWS), -1, dtype=torch.int32, device=device),
         "expert_mask": torch.full((e + 1,), -1, dtype=torch.int32, device=device),
         "act": torch.full((ROWS, k, i), nan, dtype=bf, device=device),
-        "y": torch.full((ROWS, k, h), nan, dtype=bf, device=device),
         "output": torch.full((ROWS, h), nan, dtype=bf, device=device),
     }
     if not fused:
         t["mid"] = torch.full((ROWS, k, 2 * i), nan, dtype=bf, device=device)
+        t["y"] = torch.full((ROWS, k, h), nan, dtype=bf, device=device)
     a = {n: pk.attach_input(v, n) for n, v in t.items()}
     tasks, bd = pk.params.num_workers, pk.block_dim
     route = dict(routing_indices=a["routing_indices"], expert_mask=a["expert_mask"])
@@ -96,6 +97,13 @@ def build_block(pk, shape: str, pattern: str, device: str = "cuda") -> dict[str,
     pk.moe_w13_linear_layer(input=a["x"], weight=a["w13"], **route, output=w13_out, grid_dim=(tasks, 1, 1), block_dim=bd)
     if not fused:
         pk.moe_silu_mul_layer(input=a["mid"], output=a["act"], grid_dim=(i // 64, 1, 1), block_dim=bd)
+    if fused:  # one 16-column slice of h per worker, at most
+        slices = max(d for d in range(1, min(tasks, h // 16) + 1) if (h // 16) % d == 0)
+        pk.moe_w2_mul_sum_add_layer(
+            input=a["act"], weight=a["w2"], **route, topk_weights=a["topk_weights"], residual=a["residual"],
+            output=a["output"], grid_dim=(slices, 1, 1), block_dim=bd,
+        )  # fmt: skip
+        return t
     pk.moe_w2_linear_layer(input=a["act"], weight=a["w2"], **route, output=a["y"], grid_dim=(tasks, 1, 1), block_dim=bd)
     pk.moe_mul_sum_add_layer(
         input=a["y"],
@@ -154,10 +162,14 @@ def test_moe_block_matches_references(target_cc, shape, pattern, active):
         torch.testing.assert_close(c["mid"][:a], find("moe_w13_linear")(c["x"][:a], c["w13"], ri, k), **tol)
         act = find("moe_silu_mul")(c["mid"][:a])
     torch.testing.assert_close(c["act"][:a], act, **tol)
-    torch.testing.assert_close(c["y"][:a], find("moe_w2_linear")(c["act"][:a], c["w2"], ri), **tol)
-    want = find("moe_mul_sum_add")(c["y"][:a], c["topk_weights"][:a], c["residual"][:a])
+    if fused:
+        route = (ri, c["expert_mask"], c["topk_weights"][:a])
+        want = find("moe_w2_mul_sum_add")(c["act"][:a], c["w2"], *route, c["residual"][:a])
+    else:
+        torch.testing.assert_close(c["y"][:a], find("moe_w2_linear")(c["act"][:a], c["w2"], ri), **tol)
+        want = find("moe_mul_sum_add")(c["y"][:a], c["topk_weights"][:a], c["residual"][:a])
     torch.testing.assert_close(c["output"][:a], want, **tol)
-    for name in ("logits", "topk_weights", "act", "y", "output", *(() if fused else ("mid",))):
+    for name in ("logits", "topk_weights", "act", "output", *(() if fused else ("mid", "y"))):
         assert unwritten(c[name], a), f"{name}: rows of inactive tokens were written"
     assert unwritten(c["routing_indices"], a, dim=1), "routing_indices: columns of inactive tokens were written"
 

@@ -75,11 +75,13 @@ __device__ __forceinline__ void prefetch_rows(T const *r0, T const *r1, int k) {
 }
 
 // One unit of one expert for n <= 16 * MT tokens: list[i] is the output row (token * TOPK + slot)
-// of token i; rows 16 * MT past n are zero and not written. `next` (or -1): the unit this warp runs
-// next, whose first columns are prefetched during the last step of this one.
-template <typename T, int MT, int K, int N, int OUT_COLS, bool W13, int TOPK>
-__device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int const *list, int n, int unit, int next) {
-  constexpr bool kFuse = W13 && OUT_COLS * 2 == N;
+// of token i; rows 16 * MT past n are zero. `next` (or -1): the unit this warp runs next, of the
+// expert whose weights start at next_w, whose first columns are prefetched during the last step of
+// this one. The results go to epi(i, c, a, b): a = row tile_row(unit, 0) + 2t + c of list entry i,
+// b = row tile_row(unit, 1) + 2t + c (lane t = lane % 4), for every i < n.
+template <typename T, int MT, int K, int N, bool W13, int TOPK, typename Epilogue>
+__device__ __forceinline__ void expert_unit(T const *x, T const *w, int const *list, int n, int unit, T const *next_w,
+                                            int next, Epilogue epi) {
   constexpr int NKB = K / 32;
   constexpr int U = kblocks_in_flight<K, MT>();
   int const lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -102,8 +104,8 @@ __device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int co
     if (kb + U < NKB)
       prefetch_rows<T, U * 32>(r0, r1, (kb + U) * 32);
     else if (next >= 0)
-      prefetch_rows<T, U * 32>(w + static_cast<size_t>(tile_row<N, W13>(next, 0) + g) * K,
-                               w + static_cast<size_t>(tile_row<N, W13>(next, 1) + g) * K, 0);
+      prefetch_rows<T, U * 32>(next_w + static_cast<size_t>(tile_row<N, W13>(next, 0) + g) * K,
+                               next_w + static_cast<size_t>(tile_row<N, W13>(next, 1) + g) * K, 0);
     uint4 wv[U][2], xl[U][MT], xh[U][MT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -134,35 +136,44 @@ __device__ __forceinline__ void expert_unit(T const *x, T const *w, T *y, int co
     for (int h = 0; h < 2; ++h) {
       int const i = m * 16 + g + 8 * h;
       if (i >= n) continue;
-      T *yr = y + static_cast<size_t>(list[i]) * OUT_COLS;
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        float const a = acc[0][m][2 * h + c], b = acc[1][m][2 * h + c];
-        if constexpr (kFuse) {
-          yr[8 * unit + 2 * t + c] = from_float<T>(silu(a) * b);
-        } else {
-          yr[row0 + 2 * t + c] = from_float<T>(a);
-          yr[row1 + 2 * t + c] = from_float<T>(b);
-        }
-      }
+      for (int c = 0; c < 2; ++c) epi(i, c, acc[0][m][2 * h + c], acc[1][m][2 * h + c]);
     }
 }
 
+// One unit for n <= kMaxTile tokens, with the fewest m16 tiles that hold them.
+template <typename T, int K, int N, bool W13, int TOPK, typename Epilogue>
+__device__ __forceinline__ void expert_unit_any(T const *x, T const *w, int const *list, int n, int unit,
+                                                T const *next_w, int next, Epilogue epi) {
+  if (n <= 16)
+    expert_unit<T, 1, K, N, W13, TOPK>(x, w, list, n, unit, next_w, next, epi);
+  else if (n <= 32)
+    expert_unit<T, 2, K, N, W13, TOPK>(x, w, list, n, unit, next_w, next, epi);
+  else
+    expert_unit<T, 4, K, N, W13, TOPK>(x, w, list, n, unit, next_w, next, epi);
+}
+
 // Every unit of one expert this warp takes (first, first + kWorkerWarps, ... < end), for every
-// batch of at most kMaxTile of its len tokens.
+// batch of at most kMaxTile of its len tokens: output row list[i] of y gets the unit's columns.
 template <typename T, int K, int N, int OUT_COLS, bool W13, int TOPK>
 __device__ __forceinline__ void expert_units(T const *x, T const *w, T *y, int const *list, int len, int first,
                                              int end) {
+  constexpr bool kFuse = W13 && OUT_COLS * 2 == N;
+  int const t = threadIdx.x % 4;
   for (int unit = first; unit < end; unit += kWorkerWarps)
     for (int b = 0; b < len; b += kMaxTile) {
-      int const n = min(kMaxTile, len - b);
       int const next = b + kMaxTile < len ? -1 : (unit + kWorkerWarps < end ? unit + kWorkerWarps : -1);
-      if (n <= 16)
-        expert_unit<T, 1, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
-      else if (n <= 32)
-        expert_unit<T, 2, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
-      else
-        expert_unit<T, 4, K, N, OUT_COLS, W13, TOPK>(x, w, y, list + b, n, unit, next);
+      int const row0 = tile_row<N, W13>(unit, 0), row1 = tile_row<N, W13>(unit, 1);
+      expert_unit_any<T, K, N, W13, TOPK>(x, w, list + b, min(kMaxTile, len - b), unit, w, next,
+                                          [&](int i, int c, float a, float v) {
+                                            T *yr = y + static_cast<size_t>(list[b + i]) * OUT_COLS;
+                                            if constexpr (kFuse) {
+                                              yr[8 * unit + 2 * t + c] = from_float<T>(silu(a) * v);
+                                            } else {
+                                              yr[row0 + 2 * t + c] = from_float<T>(a);
+                                              yr[row1 + 2 * t + c] = from_float<T>(v);
+                                            }
+                                          });
     }
 }
 

@@ -1,6 +1,7 @@
 """The MoE block of a Qwen3-MoE decoder layer, from the layers' canonical references: router
 linear -> top-k softmax routing -> w13 (gate / up) -> SiLU-mul -> w2 (down) -> weighted sum over
-each token's k experts + residual. Returns every intermediate, for the active tokens."""
+each token's k experts + residual (or w2 and the sum in one, moe_w2_mul_sum_add). Returns every
+intermediate, for the active tokens."""
 
 import torch
 
@@ -12,6 +13,7 @@ w13_linear = find_reference("moe_w13_linear")
 silu_mul = find_reference("moe_silu_mul")
 w2_linear = find_reference("moe_w2_linear")
 mul_sum_add = find_reference("moe_mul_sum_add")
+w2_mul_sum_add = find_reference("moe_w2_mul_sum_add")
 
 
 def moe_block(
@@ -22,9 +24,11 @@ def moe_block(
     residual: torch.Tensor,
     topk: int,
     fused: bool = False,
+    w2_sum: bool = False,
 ) -> dict[str, torch.Tensor]:
     """input and residual (tokens, H), router_weight (E, H), w13 (E, 2 * I, H), w2 (E, H, I). With
-    fused, SiLU-mul happens in the w13 linear (one rounding) and there is no `mid`."""
+    fused, SiLU-mul happens in the w13 linear (one rounding) and there is no `mid`; with w2_sum, the
+    down projection and the weighted sum are one layer (no rounding between) and there is no `y`."""
     out = {"logits": linear(input, router_weight)}
     out["topk_weights"], out["routing_indices"], out["expert_mask"] = routing(out["logits"], topk)
     if fused:
@@ -32,6 +36,10 @@ def moe_block(
     else:
         out["mid"] = w13_linear(input, w13, out["routing_indices"], topk)
         out["act"] = silu_mul(out["mid"])
-    out["y"] = w2_linear(out["act"], w2, out["routing_indices"])
-    out["output"] = mul_sum_add(out["y"], out["topk_weights"], residual)
+    if w2_sum:
+        route = (out["routing_indices"], out["expert_mask"], out["topk_weights"])
+        out["output"] = w2_mul_sum_add(out["act"], w2, *route, residual)
+    else:
+        out["y"] = w2_linear(out["act"], w2, out["routing_indices"])
+        out["output"] = mul_sum_add(out["y"], out["topk_weights"], residual)
     return out

@@ -2,7 +2,8 @@
 router linear -> moe_topk_softmax_routing -> moe_w13_linear -> moe_silu_mul (or fused into w13) ->
 moe_w2_linear -> moe_mul_sum_add (+ residual); golden: pytorch_reference.moe_block in this folder.
 The `topk_w13` cases route in the gate / up layer instead (moe_topk_w13_linear, from the router
-logits, beside moe_topk_softmax_routing), as the decode benchmark and the model do.
+logits, beside moe_topk_softmax_routing), and the `w2_sum` cases run the down projection and the
+weighted sum as one layer (moe_w2_mul_sum_add), as the decode benchmark and the model do.
 
 The input and the router weight are multiples of 1/4 and 1/8, so every router logit is computed
 exactly in fp32 by any summation order and rounds to the same bf16 on the GPU as in the golden: the
@@ -48,6 +49,18 @@ class TestMoeBlock(SceneTestCase):
         Case("e64_k8_uniform_a1_topk_w13", experts=64, topk=8, active=1, pattern="uniform", tasks=7, fused=True, topk_w13=True),
         Case("e128_k8_ties_a9_topk_w13", experts=128, topk=8, active=9, pattern="ties", tasks=13, fused=True, topk_w13=True),
         Case(
+            "e64_k8_uniform_a1_w2_sum",
+            experts=64,
+            topk=8,
+            active=1,
+            pattern="uniform",
+            tasks=16,
+            fused=True,
+            topk_w13=True,
+            w2_sum=True,
+        ),
+        Case("e128_k8_ties_a37_w2_sum", experts=128, topk=8, active=37, pattern="ties", tasks=8, fused=False, w2_sum=True),
+        Case(
             "e64_k1_one_expert_a64_topk_w13",
             experts=64,
             topk=1,
@@ -91,6 +104,8 @@ class TestMoeBlock(SceneTestCase):
         }
         if not params["fused"]:
             args["mid"] = Out(torch.empty(b, k, 2 * INTER, dtype=bf))
+        if params.get("w2_sum"):
+            del args["y"]
         return args
 
     def build(self, pk, t, params):
@@ -106,6 +121,12 @@ class TestMoeBlock(SceneTestCase):
         else:
             pk.moe_w13_linear_layer(input=t.input, weight=t.w13, **route, output=t.mid, grid_dim=(tasks, 1, 1), block_dim=bd)
             pk.moe_silu_mul_layer(input=t.mid, output=t.act, grid_dim=(2, 1, 1), block_dim=bd)
+        if params.get("w2_sum"):  # tasks: column slices of H
+            pk.moe_w2_mul_sum_add_layer(
+                input=t.act, weight=t.w2, **route, topk_weights=t.topk_weights, residual=t.residual, output=t.output,
+                grid_dim=(tasks, 1, 1), block_dim=bd,
+            )  # fmt: skip
+            return
         pk.moe_w2_linear_layer(input=t.act, weight=t.w2, **route, output=t.y, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.moe_mul_sum_add_layer(
             input=t.y, topk_weights=t.topk_weights, residual=t.residual, output=t.output, grid_dim=(4, 1, 1), block_dim=bd
@@ -114,8 +135,9 @@ class TestMoeBlock(SceneTestCase):
     def compute_golden(self, args, params):
         a, e = int(args.meta.num_new_tokens[0]), params["experts"]
         want = moe_block(
-            args.input[:a], args.router_weight, args.w13, args.w2, args.residual[:a], params["topk"], params["fused"]
-        )
+            args.input[:a], args.router_weight, args.w13, args.w2, args.residual[:a], params["topk"], params["fused"],
+            params.get("w2_sum", False),
+        )  # fmt: skip
         golden = {"expert_mask": want.pop("expert_mask")}
         r = want.pop("routing_indices")
         golden["routing_indices"] = Expected(torch.cat([r, torch.zeros(e, MAX_TOKENS - a, dtype=r.dtype)], 1), written=live(a, e))

@@ -1,6 +1,7 @@
 """Scene tests of the expert linears, moe_w13_linear (gate / up, optionally with SiLU-mul fused) and
-moe_w2_linear (down), each alone on routing data from the reference, and moe_topk_w13_linear (the
-routing computed in the task from router logits, then gate / up): routing cases with experts of no
+moe_w2_linear (down), each alone on routing data from the reference, moe_topk_w13_linear (the
+routing computed in the task from router logits, then gate / up) and moe_w2_mul_sum_add (down and
+the weighted sum plus the residual, each task owning columns): routing cases with experts of no
 tokens, one expert with every token (64 tokens: four m16 tiles), ties, NaN logits, k = 1 to 8,
 E = 8, 64, 128, 1 to 64 active tokens of a 64-token batch, and grids of 1 to 13 tasks sharing the
 routed work."""
@@ -145,6 +146,66 @@ class TestMoeTopkW13(SceneTestCase):
         a, k = params["active"], params["topk"]
         w13 = find_reference("moe_topk_w13_linear")
         return padded(w13(args.input[:a], args.weight, args.router_logits[:a], k, params["fused"]), a)
+
+
+def w2_args(params) -> dict:
+    """Routing data for a case and the input, weight and output of a down projection."""
+    e, k = params["experts"], params["topk"]
+    w, r, m = routing(params["pattern"], e, k, params["active"])
+    return {
+        "input": torch.randn(MAX_TOKENS, k, INTER, dtype=torch.bfloat16),
+        "weight": torch.randn(e, HIDDEN, INTER, dtype=torch.bfloat16) / INTER**0.5,
+        "routing_indices": r,
+        "expert_mask": m,
+        "topk_weights": w,
+    }
+
+
+@scene_test(layer="moe_w2_mul_sum_add")
+class TestMoeW2MulSumAdd(SceneTestCase):
+    # tasks: slices of the 256 columns. 16: one unit (16 rows) of each expert a task; 8: two, so a
+    # warp's units span experts and an expert's units span warps. (Fewer tasks would need more than
+    # the shared memory the layer allows for 64 token rows: an error, tested in tests/cpu.)
+    CASES = [
+        Case("e8_k2_uniform_a64_t16", experts=8, topk=2, active=64, pattern="uniform", tasks=16),
+        Case("e64_k8_uniform_a1_t16", experts=64, topk=8, active=1, pattern="uniform", tasks=16),
+        Case("e64_k8_ties_a23_t8", experts=64, topk=8, active=23, pattern="ties", tasks=8),
+        Case("e64_k8_all_same_a40_t8", experts=64, topk=8, active=40, pattern="all_same", tasks=8),
+        Case("e64_k1_one_expert_a64_t8", experts=64, topk=1, active=64, pattern="one_expert", tasks=8),
+        Case("e64_k1_few_experts_a9_t16", experts=64, topk=1, active=9, pattern="few_experts", tasks=16),
+        Case("e128_k8_uniform_a64_t16", experts=128, topk=8, active=64, pattern="uniform", tasks=16),
+        Case("e128_k8_nan_a3_t8", experts=128, topk=8, active=3, pattern="nan", tasks=8),
+    ]
+    SWEEP = {**SWEEP, "pattern": st.sampled_from(PATTERNS), "tasks": st.sampled_from([8, 16])}
+
+    def kernel_params(self, params):
+        return kernel_params(params["active"])
+
+    def generate_args(self, params):
+        return {
+            **w2_args(params),
+            "residual": torch.randn(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16),
+            "output": Out(torch.empty(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16)),
+        }
+
+    def build(self, pk, t, params):
+        pk.moe_w2_mul_sum_add_layer(
+            input=t.input,
+            weight=t.weight,
+            routing_indices=t.routing_indices,
+            expert_mask=t.expert_mask,
+            topk_weights=t.topk_weights,
+            residual=t.residual,
+            output=t.output,
+            **grid(pk, params),
+        )
+
+    def compute_golden(self, args, params):
+        from mpk_runtime.harness import find_reference
+
+        a = params["active"]
+        route = (args.routing_indices[:, :a], args.expert_mask, args.topk_weights[:a])
+        return padded(find_reference("moe_w2_mul_sum_add")(args.input[:a], args.weight, *route, args.residual[:a]), a)
 
 
 if __name__ == "__main__":
