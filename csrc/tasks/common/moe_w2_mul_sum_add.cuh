@@ -19,6 +19,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "primitives/loads.cuh"
 #include "primitives/scan.cuh"
 #include "primitives/vec.cuh"
 #include "runtime/task_api.cuh"
@@ -71,6 +72,16 @@ __device__ __forceinline__ void moe_w2_mul_sum_add(TaskDesc const &task, Runtime
   int *my_list = reinterpret_cast<int *>(my_sums + B * AS);        // [B] rows token * TOPK + slot
   float *my_weights = reinterpret_cast<float *>(my_list + B);      // [B] their routing weights
 
+  // The residual of this thread's first (token, 16-byte chunk) of the output, asked for now: its
+  // latency passes while the units stream, instead of after them.
+  constexpr int V = kVec16<T>, PER_ROW = C / V;
+  int const pairs = tokens * PER_ROW;
+  union {
+    uint4 raw;
+    T v[V];
+  } first_residual;
+  if (static_cast<int>(threadIdx.x) < pairs)
+    first_residual.raw = ld_16(residual + static_cast<size_t>(threadIdx.x / PER_ROW) * H + threadIdx.x % PER_ROW * V);
   for (int i = lane; i < tokens * AS; i += kWarpSize) my_sums[i] = 0.f;
   int num_active = 0;
   for (int base = 0; base < E; base += kWorkerThreads) {
@@ -122,11 +133,15 @@ __device__ __forceinline__ void moe_w2_mul_sum_add(TaskDesc const &task, Runtime
   }
   __syncthreads();  // every warp's sums
 
-  constexpr int V = kVec16<T>, PER_ROW = C / V;
-  for (int i = threadIdx.x; i < tokens * PER_ROW; i += kWorkerThreads) {
+  for (int i = threadIdx.x; i < pairs; i += kWorkerThreads) {
     int const tok = i / PER_ROW, c = (i % PER_ROW) * V;
     float acc[V];
-    load16(residual + static_cast<size_t>(tok) * H + c, acc);
+    if (i == static_cast<int>(threadIdx.x)) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[e] = to_float(first_residual.v[e]);
+    } else {
+      load16(residual + static_cast<size_t>(tok) * H + c, acc);
+    }
     for (int wp = 0; wp < kWorkerWarps; ++wp) {
       float const *s = sums + wp * w2sum_detail::warp_words<B, C>() + tok * AS + c;
 #pragma unroll
