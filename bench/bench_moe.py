@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from mpk_runtime.harness import find_reference
+from mpk_runtime.tasks.moe_w2_mul_sum_add import column_slices
 
 sys.path.insert(0, str(Path(__file__).parent))
 import layer_bench  # noqa: E402
@@ -108,8 +109,8 @@ def megakernel(
             )
         else:
             pk.moe_w13_linear_layer(input=X, weight=a["w13"], **route, output=a["act"], grid_dim=(tasks, 1, 1), block_dim=bd)
-        if w2_sum:  # the most column slices of 16 that the workers hold: 128 at H = 2048
-            slices = max(d for d in range(1, min(tasks, H // 16) + 1) if (H // 16) % d == 0)
+        if w2_sum:  # the most 16-column slices of H that the workers hold: 128 at H = 2048
+            slices = column_slices(H, tasks)
             pk.moe_w2_mul_sum_add_layer(
                 input=a["act"], weight=a["w2"], **route, topk_weights=a["topk_weights"], residual=a["res"],
                 output=a["out"], grid_dim=(slices, 1, 1), block_dim=bd,

@@ -223,10 +223,8 @@ class _Builder:
         w2_t = self.attach(pre + "mlp.experts.down_proj")
         # The down projection with the weighted sum: the most 16-column slices of hidden the workers
         # hold, where their sums fit in shared memory (decode batches); else down, then the sum.
-        units = c.hidden_size // 16
-        slices = max(d for d in range(1, min(g.experts, units) + 1) if units % d == 0)
-        columns = c.hidden_size // slices
-        if c.hidden_size % 16 == 0 and moe_w2_mul_sum_add.smem_bytes(n, e, columns) <= moe_w2_mul_sum_add.SMEM_LIMIT:
+        slices = moe_w2_mul_sum_add.column_slices(c.hidden_size, g.experts)
+        if slices and moe_w2_mul_sum_add.smem_bytes(n, e, c.hidden_size // slices) <= moe_w2_mul_sum_add.SMEM_LIMIT:
             pk.moe_w2_mul_sum_add_layer(
                 input=act, weight=w2_t, **route, topk_weights=weights, residual=residual, output=out,
                 grid_dim=(slices, 1, 1), block_dim=bd,

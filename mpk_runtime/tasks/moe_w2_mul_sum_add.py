@@ -22,6 +22,16 @@ def smem_bytes(tokens: int, experts: int, columns: int) -> int:
     return (experts + WARPS * (tokens * (columns + 1) + 2 * tokens)) * 4
 
 
+def column_slices(hidden: int, workers: int) -> int | None:
+    """The layer's grid for `hidden` columns on `workers` workers: the most slices of a multiple of 16
+    columns, at most one a worker (2048 columns on 131 workers: 128); None when hidden is not a
+    multiple of 16."""
+    units = hidden // UNIT_ROWS
+    if hidden % UNIT_ROWS or units == 0:
+        return None
+    return max(d for d in range(1, min(workers, units) + 1) if units % d == 0)
+
+
 @register_task
 class MoeW2MulSumAdd(TaskSpec):
     name = "moe_w2_mul_sum_add"

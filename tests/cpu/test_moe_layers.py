@@ -13,6 +13,7 @@ import torch
 
 from mpk_runtime.errors import DTypeError, GridError, KernelError, ShapeError
 from mpk_runtime.tasks.moe_experts import assigned_units
+from mpk_runtime.tasks.moe_w2_mul_sum_add import column_slices
 
 bf = torch.bfloat16
 BATCH = dict(test_mode=True, max_num_batched_tokens=16, max_seq_length=16, max_num_pages=16)
@@ -55,8 +56,8 @@ def block(pk, experts=8, topk=2, rows=16, hidden=256, inter=128, tasks=4, fused=
         mid = t("mid", rows, topk, 2 * inter)
         pk.moe_w13_linear_layer(input=x, weight=w13, **route, output=mid, grid_dim=(tasks, 1, 1), block_dim=bd)
         pk.moe_silu_mul_layer(input=mid, output=act, grid_dim=(2, 1, 1), block_dim=bd)
-    if w2_sum:  # column slices of H: the most tasks up to `tasks` that cut H / 16 evenly
-        cut = max(d for d in range(1, tasks + 1) if hidden // 16 % d == 0)
+    if w2_sum:  # the most 16-column slices of H up to `tasks`
+        cut = column_slices(hidden, tasks)
         pk.moe_w2_mul_sum_add_layer(
             input=act, weight=w2, **route, topk_weights=tw, residual=res, output=out, grid_dim=(cut, 1, 1), block_dim=bd
         )
@@ -139,6 +140,14 @@ def test_routing_in_gate_up_arguments_are_checked(make_pk, change, error, words)
             input=x, weight=w, router_logits=logits, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim
         )
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "hidden,workers,slices",
+    [(2048, 131, 128), (2048, 132, 128), (2048, 100, 64), (256, 8, 8), (48, 8, 3), (40, 8, None), (8, 8, None)],
+)
+def test_column_slices_are_whole_16_column_units_one_a_worker_at_most(hidden, workers, slices):
+    assert column_slices(hidden, workers) == slices
 
 
 @pytest.mark.parametrize("topk_w13", [False, True], ids=["w13", "topk_w13"])

@@ -16,6 +16,7 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime import harness
 from mpk_runtime.harness import find_reference as find
+from mpk_runtime.tasks.moe_w2_mul_sum_add import column_slices
 
 bf = torch.bfloat16
 ROWS = 64  # max_num_batched_tokens: one build per shape serves every active count
@@ -98,7 +99,7 @@ def build_block(pk, shape: str, pattern: str, device: str = "cuda") -> dict[str,
     if not fused:
         pk.moe_silu_mul_layer(input=a["mid"], output=a["act"], grid_dim=(i // 64, 1, 1), block_dim=bd)
     if fused:  # one 16-column slice of h per worker, at most
-        slices = max(d for d in range(1, min(tasks, h // 16) + 1) if (h // 16) % d == 0)
+        slices = column_slices(h, tasks)
         pk.moe_w2_mul_sum_add_layer(
             input=a["act"], weight=a["w2"], **route, topk_weights=a["topk_weights"], residual=a["residual"],
             output=a["output"], grid_dim=(slices, 1, 1), block_dim=bd,
