@@ -1,5 +1,7 @@
 """What the two expert linears of an MoE block share (moe_w13_linear, moe_w2_linear): their
-arguments and checks, and the run-time split of the routed work over the layer's tasks."""
+arguments and checks, and the run-time split of the routed work over the layer's tasks; and what
+every layer reading routing_indices shares with them (moe_w2_mul_sum_add too): its cost and its
+check and report of a bad routing slot."""
 
 from __future__ import annotations
 
@@ -35,7 +37,30 @@ def assigned_units(expert_mask: torch.Tensor, tasks: int, task: int, units_per_e
     return out
 
 
-class ExpertLinear(TaskSpec):
+def check_slots(slots: torch.Tensor, topk: int) -> None:
+    """The device bodies' check of routing slots read from routing_indices: TaskFailure (INDEX) with
+    the first slot outside 0..topk."""
+    bad = (slots < 0) | (slots > topk)
+    if bool(bad.any()):
+        raise TaskFailure(contract.TASK_ERROR_INDEX, int(slots[bad][0]))
+
+
+class ReadsRouting(TaskSpec):
+    """Base of the layers whose tasks split the routed work at run time from routing_indices (not
+    registered itself): their cost and their report of a bad routing slot."""
+
+    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
+        # A task's share is known only at run time; a cost well above a dependency hop spreads the
+        # layer's tasks over all workers (graph/schedule.py).
+        return 10_000.0
+
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        if code == contract.TASK_ERROR_INDEX:
+            return f"routing_indices holds slot {value}; slots are 0 (not routed) or 1..k"
+        return super().error_message(code, value, layer, tensors)
+
+
+class ExpertLinear(ReadsRouting):
     """Base of the expert linears (not registered itself). Subclasses set name, w13, doc."""
 
     w13: bool
@@ -98,16 +123,6 @@ class ExpertLinear(TaskSpec):
     def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
         return [int(values["num_tasks"])]
 
-    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        # A task's share is known only at run time; a cost well above a dependency hop spreads the
-        # layer's tasks over all workers (graph/schedule.py).
-        return 10_000.0
-
-    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
-        if code == contract.TASK_ERROR_INDEX:
-            return f"routing_indices holds slot {value}; slots are 0 (not routed) or 1..k"
-        return super().error_message(code, value, layer, tensors)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
@@ -124,8 +139,7 @@ def emulate_units(
     fuse = w13 and y.shape[2] * 2 == n
     for expert, first, end in assigned_units(mask, ctx.grid[0], ctx.grid_idx[0], n // UNIT_ROWS):
         slots = routing[expert]
-        if bool(((slots < 0) | (slots > topk)).any()):
-            raise TaskFailure(contract.TASK_ERROR_INDEX, int(slots[(slots < 0) | (slots > topk)][0]))
+        check_slots(slots, topk)
         t = (slots > 0).nonzero().flatten()
         if not t.numel():
             continue

@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from .. import archs, contract
+from .. import archs
 from ..errors import DTypeError, ShapeError
-from .moe_experts import TENSOR_CORE, UNIT_ROWS
-from .registry import Arg, EmulationContext, SliceInfo, TaskFailure, TaskSpec, register_task, split, whole
+from .moe_experts import TENSOR_CORE, UNIT_ROWS, ReadsRouting, check_slots
+from .registry import Arg, EmulationContext, SliceInfo, register_task, split, whole
 
 WARPS = 8  # the most warps a worker has (csrc/runtime/config.cuh): each keeps its own sums
 SMEM_LIMIT = 128 * 1024  # bytes of shared memory the sums may take: within sm80's 163 KB a block, with room to spare
@@ -33,7 +33,7 @@ def column_slices(hidden: int, workers: int) -> int | None:
 
 
 @register_task
-class MoeW2MulSumAdd(TaskSpec):
+class MoeW2MulSumAdd(ReadsRouting):
     name = "moe_w2_mul_sum_add"
     inputs = {
         "input": whole(),
@@ -113,23 +113,10 @@ class MoeW2MulSumAdd(TaskSpec):
         experts = s["weight"].full_shape[0]
         return [x.dtype.cpp, tokens, experts, k, inter, y.shape[1], y.full_shape[1]]
 
-    def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        # A task's rows of every routed expert are known only at run time; a cost well above a
-        # dependency hop spreads the layer's tasks over all workers (graph/schedule.py).
-        return 10_000.0
-
-    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
-        if code == contract.TASK_ERROR_INDEX:
-            return f"routing_indices holds slot {value}; slots are 0 (not routed) or 1..k"
-        return super().error_message(code, value, layer, tensors)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
         from . import references
 
-        slots, k = inputs["routing_indices"], inputs["input"].shape[1]
-        bad = (slots < 0) | (slots > k)
-        if bool(bad.any()):
-            raise TaskFailure(contract.TASK_ERROR_INDEX, int(slots[bad][0]))
+        check_slots(inputs["routing_indices"], inputs["input"].shape[1])
         outputs["output"].copy_(references.find(self.reference)(**inputs))

@@ -177,6 +177,23 @@ __device__ __forceinline__ void expert_units(T const *x, T const *w, T *y, int c
     }
 }
 
+// The experts with tokens (mask rises), in order, into active[] (E ints of shared memory); returns
+// their number. Every thread calls it, and every thread sees the whole list when it returns.
+template <int E>
+__device__ __forceinline__ int routed_experts(int32_t const *mask, int *active) {
+  int num_active = 0;
+  for (int base = 0; base < E; base += kWorkerThreads) {
+    int const e = base + static_cast<int>(threadIdx.x);
+    int const has = e < E && mask[e + 1] > mask[e];
+    int total;
+    int const rank = block_exclusive_sum(has, total);
+    if (has) active[num_active + rank] = e;
+    num_active += total;
+  }
+  __syncthreads();  // active[] complete
+  return num_active;
+}
+
 // The layer's work, shared by moe_linear and moe_topk_w13_linear: task `me` of `num_tasks` takes its
 // share of the units of the experts with tokens (mask rises), and for each its token list from the
 // expert's routing row (routing + e * row_stride; global memory or shared). smem: E + kMaxSegments * B
@@ -193,16 +210,7 @@ __device__ __forceinline__ void expert_work(TaskDesc const &task, Runtime const 
   int *active = smem;          // [E] experts with tokens, in order
   int *lists = active + E;     // [kMaxSegments][B] output rows per expert
 
-  int num_active = 0;
-  for (int base = 0; base < E; base += kWorkerThreads) {
-    int const e = base + static_cast<int>(threadIdx.x);
-    int const has = e < E && mask[e + 1] > mask[e];
-    int total;
-    int const rank = block_exclusive_sum(has, total);
-    if (has) active[num_active + rank] = e;
-    num_active += total;
-  }
-  __syncthreads();  // active[] complete
+  int const num_active = routed_experts<E>(mask, active);
   long long const units = static_cast<long long>(num_active) * UPE;
   int const lo = static_cast<int>(units * me / num_tasks);
   int const hi = static_cast<int>(units * (me + 1) / num_tasks);

@@ -83,17 +83,7 @@ __device__ __forceinline__ void moe_w2_mul_sum_add(TaskDesc const &task, Runtime
   if (static_cast<int>(threadIdx.x) < pairs)
     first_residual.raw = ld_16(residual + static_cast<size_t>(threadIdx.x / PER_ROW) * H + threadIdx.x % PER_ROW * V);
   for (int i = lane; i < tokens * AS; i += kWarpSize) my_sums[i] = 0.f;
-  int num_active = 0;
-  for (int base = 0; base < E; base += kWorkerThreads) {
-    int const e = base + static_cast<int>(threadIdx.x);
-    int const has = e < E && mask[e + 1] > mask[e];
-    int total;
-    int const rank = block_exclusive_sum(has, total);
-    if (has) active[num_active + rank] = e;
-    num_active += total;
-  }
-  __syncthreads();  // active[] complete
-  int const units = num_active * UPE;
+  int const units = routed_experts<E>(mask, active) * UPE;
   auto weights_of = [&](int u) { return w + static_cast<size_t>(active[u / UPE]) * H * K; };
   if (warp < units)  // this warp's first unit: in L2 by the time its token list is built
     prefetch_rows<T, kblocks_in_flight<K, 1>() * 32>(
