@@ -80,6 +80,20 @@ class TestMoeW13(SceneTestCase):
         return padded(w13(args.input[:a], args.weight, args.routing_indices[:, :a], k, params["fused"]), a)
 
 
+def w2_args(params, topk_weights: bool = False) -> dict:
+    """A down projection's input and weight, and the routing data of the case (with its routing
+    weights when `topk_weights`)."""
+    e, k = params["experts"], params["topk"]
+    w, r, m = routing(params["pattern"], e, k, params["active"])
+    args = {
+        "input": torch.randn(MAX_TOKENS, k, INTER, dtype=torch.bfloat16),
+        "weight": torch.randn(e, HIDDEN, INTER, dtype=torch.bfloat16) / INTER**0.5,
+        "routing_indices": r,
+        "expert_mask": m,
+    }
+    return {**args, "topk_weights": w} if topk_weights else args
+
+
 @scene_test(layer="moe_w2_linear")
 class TestMoeW2(SceneTestCase):
     CASES = expert_cases(fused_too=False)
@@ -89,15 +103,7 @@ class TestMoeW2(SceneTestCase):
         return kernel_params(params["active"])
 
     def generate_args(self, params):
-        e, k = params["experts"], params["topk"]
-        _, r, m = routing(params["pattern"], e, k, params["active"])
-        return {
-            "input": torch.randn(MAX_TOKENS, k, INTER, dtype=torch.bfloat16),
-            "weight": torch.randn(e, HIDDEN, INTER, dtype=torch.bfloat16) / INTER**0.5,
-            "routing_indices": r,
-            "expert_mask": m,
-            "output": Out(torch.empty(MAX_TOKENS, k, HIDDEN, dtype=torch.bfloat16)),
-        }
+        return {**w2_args(params), "output": Out(torch.empty(MAX_TOKENS, params["topk"], HIDDEN, dtype=torch.bfloat16))}
 
     def build(self, pk, t, params):
         pk.moe_w2_linear_layer(
@@ -148,19 +154,6 @@ class TestMoeTopkW13(SceneTestCase):
         return padded(w13(args.input[:a], args.weight, args.router_logits[:a], k, params["fused"]), a)
 
 
-def w2_args(params) -> dict:
-    """Routing data for a case and the input, weight and output of a down projection."""
-    e, k = params["experts"], params["topk"]
-    w, r, m = routing(params["pattern"], e, k, params["active"])
-    return {
-        "input": torch.randn(MAX_TOKENS, k, INTER, dtype=torch.bfloat16),
-        "weight": torch.randn(e, HIDDEN, INTER, dtype=torch.bfloat16) / INTER**0.5,
-        "routing_indices": r,
-        "expert_mask": m,
-        "topk_weights": w,
-    }
-
-
 @scene_test(layer="moe_w2_mul_sum_add")
 class TestMoeW2MulSumAdd(SceneTestCase):
     # tasks: slices of the 256 columns. 16: one unit (16 rows) of each expert a task; 8: two, so a
@@ -183,7 +176,7 @@ class TestMoeW2MulSumAdd(SceneTestCase):
 
     def generate_args(self, params):
         return {
-            **w2_args(params),
+            **w2_args(params, topk_weights=True),
             "residual": torch.randn(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16),
             "output": Out(torch.empty(MAX_TOKENS, HIDDEN, dtype=torch.bfloat16)),
         }
