@@ -32,6 +32,7 @@ PROF_TASK_BEGIN = 1
 PROF_TASK_END = 2
 PROF_PREPARE_BEGIN = 3
 PROF_PREPARE_END = 4
+PROF_TASK_MARK = 5
 
 # name in C (MpkMeta field) -> the meta tensor's name in Python, in MpkMeta's order.
 META_FIELDS: dict[str, str] = {
@@ -67,4 +68,5 @@ CHECKED = {
     "MPK_PROF_TASK_END": PROF_TASK_END,
     "MPK_PROF_PREPARE_BEGIN": PROF_PREPARE_BEGIN,
     "MPK_PROF_PREPARE_END": PROF_PREPARE_END,
+    "MPK_PROF_TASK_MARK": PROF_TASK_MARK,
 }

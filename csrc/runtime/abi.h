@@ -94,6 +94,7 @@ enum {
   MPK_PROF_TASK_END = 2,       // ... and has finished it (after the CTA barrier)
   MPK_PROF_PREPARE_BEGIN = 3,  // the controller enters prepare_next_batch (END_OF_TASK_GRAPH)
   MPK_PROF_PREPARE_END = 4,
+  MPK_PROF_TASK_MARK = 5,  // a task body ends one of its phases (Runtime::mark; id: the phase number)
 };
 
 // Device-side control words. Counters stay monotonic across launches (a launch's targets are

@@ -73,14 +73,15 @@ __device__ void controller_main(MpkKernelParams const &p, uint32_t lo, uint32_t 
     __syncwarp();
   }
   unsigned long long const base = p.control->iterations_total;
+  profiler::Recorder recorder;  // lane 0's: scheduler 0's region
+  recorder.open(p, p.num_workers);
 
   for (uint32_t iter = 0;; ++iter) {
     int ready = 0;
     if (lane == 0) {
-      uint32_t const region = p.num_workers;  // scheduler 0's profiler region
-      if (p.profiler_buffer) profiler::record(p, region, MPK_PROF_PREPARE_BEGIN, iter, iter);
+      recorder.record(MPK_PROF_PREPARE_BEGIN, iter, iter);
       ready = planner.prepare_next_batch(iter);
-      if (p.profiler_buffer) profiler::record(p, region, MPK_PROF_PREPARE_END, iter, iter);
+      recorder.record(MPK_PROF_PREPARE_END, iter, iter);
     }
     ready = __shfl_sync(0xffffffffu, ready, 0);
     if (ready <= 0) {

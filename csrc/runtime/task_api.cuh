@@ -22,6 +22,7 @@
 
 #include "runtime/abi.h"
 #include "runtime/config.cuh"
+#include "runtime/profiler.cuh"
 
 namespace mpk {
 
@@ -52,6 +53,16 @@ struct Runtime {
   unsigned long long absolute_iteration = 0;
   MpkWorkerStatus *status = nullptr;
   MpkComm const *comm = nullptr;
+  // The worker's profiler recorder in a profiled launch, else null (and mark() does nothing).
+  profiler::Recorder *recorder = nullptr;
+
+  // Profiling: ends phase `phase` of the running task's body. The trace shows phase k as the time
+  // from mark k - 1 (or the task's begin) to mark k, and the rest up to the task's end as one more
+  // phase; the TaskSpec's `phases` names them. Thread 0 records, so a mark placed after a barrier
+  // times the whole CTA's phase. In a launch without a profiler tensor it costs a compare.
+  __device__ __forceinline__ void mark(uint32_t phase) const {
+    if (recorder != nullptr && threadIdx.x == 0) recorder->record(MPK_PROF_TASK_MARK, phase, iteration);
+  }
 
   // Report that this task cannot compute its outputs (e.g. MPK_TASK_ERROR_INDEX and the bad index).
   // The first report of a launch wins; at the end of the iteration the controller stops the launch

@@ -98,6 +98,8 @@ template <bool kProfile>
 __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t worker) {
   __shared__ __align__(128) TaskDesc descs[2];
   __shared__ uint32_t go_on;
+  __shared__ profiler::Recorder recorder;  // thread 0's; task bodies mark phases through Runtime
+  if (kProfile && threadIdx.x == 0) recorder.open(p, worker);
   uint32_t const q_begin = p.queue_offsets[worker];
   uint32_t const q_end = p.queue_offsets[worker + 1];
   unsigned long long const base = p.control->iterations_total;  // written by the previous launch
@@ -108,7 +110,15 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
     if (threadIdx.x == 0) go_on = detail::wait_go(p, iter);
     __syncthreads();
     if (!go_on) return;
-    Runtime const rt{p.meta, p.batch, p.control, p.launch_id, iter, base + iter, &p.worker_status[worker], &p.comm};
+    Runtime const rt{p.meta,
+                     p.batch,
+                     p.control,
+                     p.launch_id,
+                     iter,
+                     base + iter,
+                     &p.worker_status[worker],
+                     &p.comm,
+                     kProfile ? &recorder : nullptr};
     uint32_t buf = 0;
     for (uint32_t q = q_begin; q < q_end; ++q, buf ^= 1) {
       cp_async_wait_all();
@@ -124,11 +134,11 @@ __device__ __forceinline__ void worker_main(MpkKernelParams const &p, uint32_t w
         if (threadIdx.x == 0) ok = detail::wait_event(p, worker, d, base + iter);
         if (!__syncthreads_and(ok)) return;  // the barrier and the abort broadcast in one
       }
-      if (kProfile && threadIdx.x == 0) profiler::record(p, worker, MPK_PROF_TASK_BEGIN, d.task_id, iter);
+      if (kProfile && threadIdx.x == 0) recorder.record(MPK_PROF_TASK_BEGIN, d.task_id, iter);
       execute_task(variant, d, rt);
       __syncthreads();
       if (threadIdx.x == 0) {
-        if (kProfile) profiler::record(p, worker, MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
+        if (kProfile) recorder.record(MPK_PROF_TASK_END, d.task_id, iter);  // the body's end
         detail::publish(p, pub, base + iter);
         st_relaxed_gpu(&p.worker_progress[worker], ++finished);
       }

@@ -4,6 +4,8 @@
     mpk-profile TRACE.csv TASK --stat STAT            min | max | avg | median | p90 | all | wall
     mpk-profile TRACE.csv [TASK] --per-layer          time per layer (work and span), in start order
     mpk-profile TRACE.csv [TASK] --png FILE           swimlane picture: worker x time, coloured by task type
+    mpk-profile TRACE.csv [TASK] --phases             per task type and phase its body marks (Runtime::mark):
+                                                      min, median, avg, p90, max (TRACE.phases.csv)
 
 TASK is a task type name (``rmsnorm``) or its numeric task_type_id; without it, every row counts.
 p90 is the nearest-rank percentile (a measured duration); wall is first begin to last end.
@@ -26,6 +28,7 @@ def parser() -> JsonArgumentParser:
     what.add_argument("--stat", choices=ps.STATS, metavar="STAT", help=f"Statistic of task durations: {', '.join(ps.STATS)}")
     what.add_argument("--per-layer", action="store_true", help="Time per layer, in the order the layers started")
     what.add_argument("--png", metavar="FILE", help="Draw a swimlane picture (worker x time) into FILE")
+    what.add_argument("--phases", action="store_true", help="Durations of the phases task bodies mark, per task type")
     return p
 
 
@@ -47,10 +50,25 @@ def answer(args: argparse.Namespace) -> dict:
         return {**kind, **ps.stats(picked, args.stat)}
     if args.per_layer:
         return {"layers": ps.per_layer(picked)}
+    if args.phases:
+        return {"phases": _phases(args.csv, args.task)}
     from ..profile.swimlane import draw
 
     draw(picked, args.png, title=args.csv if args.task is None else f"{args.csv}: {args.task}")
     return {"png": args.png, "rows": len(picked), "workers": len({r.worker for r in picked})}
+
+
+def _phases(csv: str, task: str | None) -> list[dict]:
+    path = ps.phases_path(csv)
+    if not path.exists():
+        raise CliError(f"{csv}: no phases CSV next to it ({path.name}); a profiled launch writes it with the trace")
+    rows = ps.read_phases_csv(path)
+    if task is not None:
+        rows = [r for r in rows if r.task_type_name == task or (task.isdigit() and r.task_type_id == int(task))]
+    if not rows:
+        which = f"task type {task!r}" if task is not None else "no task type"
+        raise CliError(f"{path}: {which} marks phases in this profile; a body marks them with Runtime::mark (task_api.cuh)")
+    return ps.per_phase(rows)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ records and counts the rest in ``attempted``, so what was lost is known exactly.
 
 ``decode`` pairs begins with ends. A begin whose end was lost (or an end whose begin was) is
 reported as *dangling*, never given a made-up duration; lost records are reported as *dropped*.
+The phase marks a task body records (``Runtime::mark``) go with the task they fall in.
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ class TaskSpan(_Timed):
     event_no: int  # index of this span among the worker's complete spans, in run order
     begin_ns: int
     end_ns: int
+    marks: tuple[tuple[int, int], ...] = ()  # (phase number, timestamp_ns) of the body's marks, in order
+
+    def phases(self) -> list[tuple[int | None, int, int]]:
+        """The body's phases as (phase number, begin_ns, end_ns): phase k ends at mark k (it began
+        at the previous mark, or the task's begin); the time after the last mark is phase None.
+        Empty for a body that marks nothing."""
+        if not self.marks:
+            return []
+        out: list[tuple[int | None, int, int]] = []
+        begin = self.begin_ns
+        for phase, ts in self.marks:
+            out.append((phase, begin, ts))
+            begin = ts
+        out.append((None, begin, self.end_ns))
+        return out
 
 
 @dataclass(frozen=True)
@@ -155,6 +171,7 @@ def _pair(
     is_worker = region < num_workers
     who = f"worker {region}" if is_worker else f"scheduler {region - num_workers}"
     open_: tuple[int, int, int, int] | None = None  # (begin kind, id, iteration, timestamp)
+    marks: list[tuple[int, int]] = []  # of the open task
     event_no = 0
 
     def lost(edge: str, kind: int, id_: int, iteration: int, ts: int) -> None:
@@ -163,6 +180,16 @@ def _pair(
 
     for ts, word in records:
         id_, kind, iteration = word & 0xFFFFFFFF, (word >> 32) & 0xFF, word >> 40
+        if kind == contract.PROF_TASK_MARK and is_worker:
+            # A worker records a body's marks between the task's begin and end, so a mark with no
+            # task open, or before the last record, means the buffer is not what a worker wrote.
+            if open_ is None or open_[0] != contract.PROF_TASK_BEGIN or ts < (marks[-1][1] if marks else open_[3]):
+                raise ProfileError(
+                    f"{who}: a phase mark (phase {id_}, iteration {iteration}, at {ts} ns) outside a running task "
+                    f"or before the record preceding it; the buffer is corrupt"
+                )
+            marks.append((id_, ts))
+            continue
         begin_kind = kind if kind in _PAIRS else _ENDS.get(kind)
         if begin_kind is None or _PAIRS[begin_kind][2] != is_worker:
             raise ProfileError(
@@ -172,13 +199,13 @@ def _pair(
         if kind in _PAIRS:
             if open_ is not None:
                 lost("begin", *open_)
-            open_ = (kind, id_, iteration, ts)
+            open_, marks = (kind, id_, iteration, ts), []
             continue
         if open_ is None or open_[:3] != (begin_kind, id_, iteration):
             if open_ is not None:
                 lost("begin", *open_)
             lost("end", kind, id_, iteration, ts)
-            open_ = None
+            open_, marks = None, []
             continue
         begin = open_[3]
         open_ = None
@@ -188,8 +215,14 @@ def _pair(
                 f"precedes its begin at {begin} ns; the buffer is corrupt"
             )
         if is_worker:
-            tasks.append(TaskSpan(id_, iteration, region, event_no, begin, ts))
+            if marks and ts < marks[-1][1]:
+                raise ProfileError(
+                    f"{who}: the end of task {id_} (iteration {iteration}) at {ts} ns precedes its phase mark at "
+                    f"{marks[-1][1]} ns; the buffer is corrupt"
+                )
+            tasks.append(TaskSpan(id_, iteration, region, event_no, begin, ts, tuple(marks)))
             event_no += 1
+            marks = []
         else:
             prepare.append(PrepareSpan(id_, region - num_workers, begin, ts))  # id: the full 32-bit iteration
     if open_ is not None:

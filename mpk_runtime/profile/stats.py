@@ -1,4 +1,5 @@
-"""The profile CSV (one row per task run) and the statistics ``mpk-profile`` computes from it.
+"""The profile CSV (one row per task run), the phases CSV (one row per phase a task body marked)
+and the statistics ``mpk-profile`` computes from them.
 
 The writer (``mpk_runtime.profiler.export``) and the reader (the CLI) share this module, so the
 column set is defined once. The reader validates every row: a file that is not ours, or was cut
@@ -13,7 +14,7 @@ import os
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import ProfileError
 
@@ -37,45 +38,82 @@ class Row(NamedTuple):
 COLUMNS: tuple[str, ...] = Row._fields
 
 
-def write_csv(path: Path, rows: Iterable[Row]) -> None:
+class PhaseRow(NamedTuple):
+    """One phase of one task run (Runtime::mark): phase_no is the mark that ended it, -1 for the
+    time after the body's last mark; phase is its name (TaskSpec.phases) or "phase <n>"."""
+
+    task_type_id: int
+    task_type_name: str
+    layer: str
+    worker: int
+    event_no: int  # the task run's event_no in the profile CSV
+    phase_no: int
+    phase: str
+    begin_ns: int
+    end_ns: int
+    duration_ns: int
+
+
+PHASE_COLUMNS: tuple[str, ...] = PhaseRow._fields
+_TEXT = ("task_type_name", "layer", "phase")
+
+
+def phases_path(profile_csv: str | Path) -> Path:
+    """The phases CSV written next to a profile CSV: ``trace.csv`` -> ``trace.phases.csv``."""
+    p = Path(profile_csv)
+    return p.with_name(p.name.removesuffix(".csv") + ".phases.csv")
+
+
+def write_csv(path: Path, rows: Iterable[tuple], columns: tuple[str, ...] = COLUMNS) -> None:
     """Write to a temporary file and rename it, so a reader never sees half a profile."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        w.writerow(columns)
         w.writerows(rows)
     os.replace(tmp, path)
 
 
 def read_csv(path: str | Path) -> list[Row]:
-    try:
-        f = open(path, newline="")
-    except OSError as e:
-        raise ProfileError(f"cannot read profile CSV {str(path)!r}: {e.strerror or e}") from None
-    with f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or tuple(header) != COLUMNS:
-            raise ProfileError(f"{path}: not a profile CSV; the header must be {','.join(COLUMNS)}, got {header!r}")
-        rows = [_parse_row(path, reader.line_num, fields) for fields in reader if fields]
+    rows = _read(path, Row, "profile CSV")
     if not rows:
         raise ProfileError(f"{path}: no rows (the profile recorded no complete task)")
     return rows
 
 
-def _parse_row(path: str | Path, line: int, fields: list[str]) -> Row:
-    if len(fields) != len(COLUMNS):
-        raise ProfileError(f"{path}:{line}: expected {len(COLUMNS)} fields, got {len(fields)}: {fields!r}")
+def read_phases_csv(path: str | Path) -> list[PhaseRow]:
+    """The phases CSV; empty when no task body marked a phase."""
+    return _read(path, PhaseRow, "phases CSV")
+
+
+def _read(path: str | Path, kind: type[Row] | type[PhaseRow], what: str) -> list:
+    columns = kind._fields
+    try:
+        f = open(path, newline="")
+    except OSError as e:
+        raise ProfileError(f"cannot read {what} {str(path)!r}: {e.strerror or e}") from None
+    with f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or tuple(header) != columns:
+            raise ProfileError(f"{path}: not a {what}; the header must be {','.join(columns)}, got {header!r}")
+        return [_parse_row(path, reader.line_num, fields, kind) for fields in reader if fields]
+
+
+def _parse_row(path: str | Path, line: int, fields: list[str], kind: type[Row] | type[PhaseRow]) -> Any:
+    columns = kind._fields
+    if len(fields) != len(columns):
+        raise ProfileError(f"{path}:{line}: expected {len(columns)} fields, got {len(fields)}: {fields!r}")
     values: list[int | str] = []
-    for name, text in zip(COLUMNS, fields):
-        if name in ("task_type_name", "layer"):
+    for name, text in zip(columns, fields):
+        if name in _TEXT:
             values.append(text)
             continue
         try:
             values.append(int(text))
         except ValueError:
             raise ProfileError(f"{path}:{line}: {name}={text!r} is not an integer") from None
-    row = Row(*values)  # type: ignore[arg-type]
+    row = kind(*values)  # type: ignore[arg-type]
     if row.duration_ns != row.end_ns - row.begin_ns or row.duration_ns < 0:
         raise ProfileError(
             f"{path}:{line}: duration_ns={row.duration_ns} does not equal end_ns - begin_ns = {row.end_ns - row.begin_ns} (>= 0)"
@@ -83,7 +121,10 @@ def _parse_row(path: str | Path, line: int, fields: list[str]) -> Row:
     return row
 
 
-def select(rows: list[Row], task: str) -> list[Row]:
+RowT = TypeVar("RowT", Row, PhaseRow)
+
+
+def select(rows: list[RowT], task: str) -> list[RowT]:
     """The rows of one task type, given by name (``rmsnorm``) or numeric task_type_id (``2``)."""
     if task.isdigit():
         picked = [r for r in rows if r.task_type_id == int(task)]
@@ -158,3 +199,27 @@ def per_layer(rows: list[Row]) -> list[dict]:
             }
         )
     return sorted(out, key=lambda e: (e["first_begin_ns"], e["layer"]))
+
+
+def per_phase(rows: list[PhaseRow]) -> list[dict]:
+    """Per task type and phase, in phase order (the time after the last mark last): how many
+    task runs had it and their min, median, avg, p90 and max durations."""
+    groups: dict[tuple[int, str, int, str], list[int]] = {}
+    for r in rows:
+        groups.setdefault((r.task_type_id, r.task_type_name, r.phase_no, r.phase), []).append(r.duration_ns)
+    order = sorted(groups, key=lambda k: (k[0], k[2] < 0, k[2]))
+    return [
+        {
+            "task_type_id": tid,
+            "task_type_name": name,
+            "phase_no": no,
+            "phase": phase,
+            "count": len(groups[tid, name, no, phase]),
+            "min_ns": min(groups[tid, name, no, phase]),
+            "median_ns": statistics.median(groups[tid, name, no, phase]),
+            "avg_ns": round(statistics.fmean(groups[tid, name, no, phase]), 3),
+            "p90_ns": p90(groups[tid, name, no, phase]),
+            "max_ns": max(groups[tid, name, no, phase]),
+        }
+        for tid, name, no, phase in order
+    ]

@@ -1,5 +1,6 @@
 """Writing a decoded profile: a Perfetto trace (one track per worker, one for the controller's
-prepare_next_batch) and a CSV (stats.py), named after the compiled graph's tasks and layers.
+prepare_next_batch; the phases a task body marks as slices inside its task's) and two CSVs
+(stats.py: the task runs, and their phases), named after the compiled graph's tasks and layers.
 
 An incomplete profile is still written (its complete spans, its dangling records as instant
 events, the counts on a "profiler" track) and warns with a ProfilerWarning: a truncated profile is
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract
-from ..errors import ProfileError
+from ..errors import GraphError, ProfileError
 from ..graph.compiled import CompiledGraph, LayerInfo, TaskInfo
 from .decode import PREPARE, Profile, ProfilerWarning, decode
-from .stats import Row, write_csv
+from .stats import PHASE_COLUMNS, PhaseRow, Row, phases_path, write_csv
 
 
 def write_profile(
@@ -28,7 +29,8 @@ def write_profile(
 
 
 def export(profile: Profile, graph: CompiledGraph, trace_name: str | Path) -> dict[str, Path]:
-    """Write ``<trace_name>.perfetto-trace`` and ``<trace_name>.csv``; return {"trace": ..., "csv": ...}.
+    """Write ``<trace_name>.perfetto-trace``, ``<trace_name>.csv`` and ``<trace_name>.phases.csv``;
+    return {"trace": ..., "csv": ..., "phases": ...}.
 
     ``graph`` is the compiled graph: it names every task and layer.
     An incomplete profile is still written (its complete spans, its dangling records as instant
@@ -45,15 +47,24 @@ def export(profile: Profile, graph: CompiledGraph, trace_name: str | Path) -> di
             f"the profile names task ids {unknown[:10]} that the task graph ({len(tasks)} tasks) does "
             f"not have; export it with the graph of the kernel that recorded it"
         )
-    rows = []
+    rows, phase_rows = [], []
     for s in sorted(profile.tasks, key=lambda s: (s.begin_ns, s.worker, s.event_no)):
         layer = layers[tasks[s.task].layer]
         rows.append(Row(layer.opcode, layer.task, layer.name, s.worker, s.event_no, s.begin_ns, s.end_ns, s.duration_ns))
+        for no, begin, end in s.phases():
+            phase_rows.append(
+                PhaseRow(
+                    layer.opcode, layer.task, layer.name, s.worker, s.event_no, -1 if no is None else no,
+                    phase_name(layer.task, no, s.marks), begin, end, end - begin,
+                )
+            )  # fmt: skip
     data = _trace(profile, tasks, layers, str(trace_name)).SerializeToString()
     base = Path(trace_name)
     base.parent.mkdir(parents=True, exist_ok=True)
-    paths = {"trace": base.with_name(base.name + ".perfetto-trace"), "csv": base.with_name(base.name + ".csv")}
+    csv_path = base.with_name(base.name + ".csv")
+    paths = {"trace": base.with_name(base.name + ".perfetto-trace"), "csv": csv_path, "phases": phases_path(csv_path)}
     write_csv(paths["csv"], rows)
+    write_csv(paths["phases"], phase_rows, PHASE_COLUMNS)
     tmp = paths["trace"].with_name(paths["trace"].name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, paths["trace"])
@@ -132,6 +143,10 @@ def _trace(profile: Profile, tasks: dict[int, TaskInfo], layers: dict[int, Layer
                 {"task_id": s.task, "layer": layer.name, "task": layer.task, "iteration": s.iteration, "event_no": s.event_no},
             )
         )
+        for no, begin, end in s.phases():  # slices inside the task's: its body's phases
+            name = phase_name(layer.task, no, s.marks)
+            events.append((begin, _BEGIN, _WORKER0 + s.worker, name, layer.task, None if no is None else {"phase_no": no}))
+            events.append((end, _END, _WORKER0 + s.worker, None, None, None))
         events.append((s.end_ns, _END, _WORKER0 + s.worker, None, None, None))
     for p in profile.prepare:
         events.append((p.begin_ns, _BEGIN, _SCHEDULER0 + p.scheduler, PREPARE, "runtime", {"iteration": p.iteration}))
@@ -162,6 +177,21 @@ def _trace(profile: Profile, tasks: dict[int, TaskInfo], layers: dict[int, Layer
             else:
                 a.uint_value = value
     return trace
+
+
+def phase_name(task_type: str, phase_no: int | None, marks: tuple[tuple[int, int], ...]) -> str:
+    """A phase's name: the task's TaskSpec.phases entry (for the time after the last mark, the
+    entry after that mark's), else "phase <n>" / "after phase <n>"."""
+    from ..tasks import registry
+
+    try:
+        names = registry.get(task_type).phases
+    except GraphError:  # a task type this process has not registered: numbers only
+        names = ()
+    no = phase_no if phase_no is not None else marks[-1][0] + 1
+    if no < len(names):
+        return names[no]
+    return f"phase {phase_no}" if phase_no is not None else f"after phase {marks[-1][0]}"
 
 
 def _track_of(recorder: str) -> int:

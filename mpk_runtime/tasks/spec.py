@@ -66,6 +66,9 @@ class TaskSpec:
     # A task that exchanges data with the same task on the other ranks (e.g. the all-reduce): the
     # multi-rank emulator runs it as emulate_send, a wait for every rank's send, then emulate.
     cross_rank: ClassVar[bool] = False
+    # Names of the phases the body marks with Runtime::mark(k) (phase k ends at mark k), and one more
+    # for the time after its last mark; a profiled launch shows them inside each task's slice.
+    phases: ClassVar[tuple[str, ...]] = ()
 
     opcode: int = 0  # assigned by the registry
 

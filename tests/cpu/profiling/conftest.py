@@ -35,6 +35,10 @@ class DeviceRecorder:
         self.record(worker, contract.PROF_TASK_BEGIN, task, iteration, begin)
         self.record(worker, contract.PROF_TASK_END, task, iteration, end)
 
+    def mark(self, worker: int, phase: int, ts: int, iteration: int = 0) -> None:
+        """A task body's Runtime::mark(phase), between its task's begin and end records."""
+        self.record(worker, contract.PROF_TASK_MARK, phase, iteration, ts)
+
     def prepare(self, iteration: int, begin: int, end: int) -> None:
         region = self.num_workers  # scheduler 0, the controller
         self.record(region, contract.PROF_PREPARE_BEGIN, iteration, iteration, begin)

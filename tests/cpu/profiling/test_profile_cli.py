@@ -156,7 +156,7 @@ HEADER = ",".join(COLUMNS) + "\n"
         ),
         (["{csv}", "77", "--stat", "avg"], "no task type '77'"),
         (["{csv}", "rmsnorm", "--stat", "p95"], "argument --stat: invalid choice: 'p95'"),
-        (["{csv}", "rmsnorm"], "one of the arguments --list --stat --per-layer --png is required"),
+        (["{csv}", "rmsnorm"], "one of the arguments --list --stat --per-layer --png --phases is required"),
         (["{csv}", "--list", "--per-layer"], "not allowed with argument"),
         (["{csv}", "rmsnorm", "--list"], "--list lists every task type; drop TASK"),
         (["{missing}", "--list"], "cannot read profile CSV .*missing.csv.*No such file"),
