@@ -16,7 +16,8 @@ from a CUDA graph) and the weight-read floor, in one run.
 - --profile: where one decode step's time goes, at batch 1 (profiler, perfetto installed): per role of
   layer (qkv, attention, gate_up, ...), summed over the 28 decoder layers, the span (first task
   begin to last task end), the wait before it (the previous layer's last end to its first begin)
-  and the tasks' mean duration, in a middle iteration of a short launch.
+  and the tasks' mean duration, in a middle iteration of a short launch; and, for the task types
+  whose bodies mark phases (Runtime::mark: the paged attention), each phase's median duration.
 - --grids qkv=128,gate_up=128,...: override fields of the grid plan (models/grids.py) for both.
 
     python bench/bench_model_decode.py [--arch sm90|sm80] [--profile] [--grids ...]   # writes $OUT/bench_model_decode.json
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from mpk_runtime.models import PRESETS, Qwen3Config, Qwen3Grids, build_qwen3, expected_weights  # noqa: E402
 from mpk_runtime.models import grids as grid_plan  # noqa: E402
 from mpk_runtime.profile.decode import decode  # noqa: E402
+from mpk_runtime.profile.trace import phase_name  # noqa: E402
 
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
@@ -144,12 +147,18 @@ def profile_step(sd: dict, batch: int, arch: str, overrides: dict) -> dict:
         r["task_mean_us"] = sum(durations) / len(durations)
         r["task_max_us"] = durations[-1]
     prepare = [s.duration_ns / 1e3 for s in profile.prepare if s.iteration == it]
+    phases: dict[str, dict[str, list[float]]] = {}  # task type -> phase -> durations (Runtime::mark)
+    for s in profile.tasks:
+        task_type = layers[layer_of[s.task]].task
+        for no, begin, end in s.phases() if s.iteration == it else ():
+            phases.setdefault(task_type, {}).setdefault(phase_name(task_type, no, s.marks), []).append((end - begin) / 1e3)
     return {
         "iteration": it,
         "iteration_us": (last - first) / 1e3,
         "prepare_us": prepare,
         "problems": profile.problems(),
         "roles": by_role,
+        "phase_median_us": {t: {n: statistics.median(d) for n, d in ps.items()} for t, ps in phases.items()},
     }
 
 
@@ -165,6 +174,8 @@ def print_profile(prof: dict) -> None:
             f"| {name} | {r['layers']} | {r['span_us']:.1f} | {r['wait_us']:.1f} | {r['tasks'] / r['layers']:.0f} | "
             f"{r['task_mean_us']:.2f} | {r['task_max_us']:.2f} |"
         )
+    for task_type, medians in prof["phase_median_us"].items():
+        print(f"{task_type} phases, median µs over the step's tasks: " + "; ".join(f"{n} {v:.2f}" for n, v in medians.items()))
 
 
 def parse_grids(text: str | None) -> dict:

@@ -62,6 +62,15 @@ class PagedAttention(TaskSpec):
     function = "mpk::tasks::paged_attention"
     smem_function = "mpk::tasks::paged_attention_smem_bytes"
     reference = "paged_attention"
+    # Runtime::mark in the body (kPhase* in paged_attention.cuh); passes repeat the first four.
+    phases = (
+        "meta read, first tiles requested",
+        "q rows, append",
+        "keys streamed",
+        "warps merged, rows or partials written",
+        "split counted",
+        "splits merged",
+    )
     doc = """Attention of the iteration's new tokens over a paged KV cache, Qwen3 style.
 
     input (max_num_batched_tokens, (H + 2 H_kv) D): each row [q (H D) | k (H_kv D) | v (H_kv D)] of a

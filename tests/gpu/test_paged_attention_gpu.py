@@ -160,3 +160,35 @@ def test_offline_iterations(make_pk, splits):
     batches = list(model_batches(b.params(cpu=True)))
     assert len(batches) > 20
     b.check(batches)
+
+
+def test_profiled_decode_marks_its_phases(make_pk, tmp_path):
+    """A profiled launch (Runtime::mark) records the body's phases: every task of a key-split decode
+    ends phases 0..4 in order (the last one counts its split), its phases add up to the task's
+    span, the spec names them, and the output is still right."""
+    pytest.importorskip("perfetto")
+    from mpk_runtime.profile.stats import per_phase, read_csv, read_phases_csv
+    from mpk_runtime.tasks import registry
+
+    b = Batch([(1, 700), (1, 300)], 64)
+    prof = torch.zeros(1 << 16, dtype=torch.uint64, device="cuda")
+
+    def make_profiled(**params):
+        return make_pk(profiler_tensor=prof, trace_name=str(tmp_path / "attention"), **params)
+
+    pk = b.kernel(make_profiled, 90, 4)
+    pk()
+    pk.synchronize()
+    b.check(model_batches(b.params(cpu=True)))
+    runs = {(r.worker, r.event_no): r for r in read_csv(pk.profile_paths["csv"])}
+    phases: dict[tuple[int, int], list] = {}
+    for r in read_phases_csv(pk.profile_paths["phases"]):
+        phases.setdefault((r.worker, r.event_no), []).append(r)
+    assert len(phases) == len(runs) == 2 * HKV * 4  # every task marks
+    names = registry.get("paged_attention").phases
+    for run, ps in phases.items():
+        assert [p.phase_no for p in ps] == [0, 1, 2, 3, 4, -1], run
+        assert [p.phase for p in ps] == list(names), run
+        assert sum(p.duration_ns for p in ps) == runs[run].duration_ns
+    medians = {e["phase"]: e["median_ns"] for e in per_phase(read_phases_csv(pk.profile_paths["phases"]))}
+    print("paged_attention phases, median ns:", medians)  # shown by -rA

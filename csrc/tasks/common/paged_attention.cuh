@@ -53,6 +53,8 @@ constexpr int kStages = kWorkerWarps >= 8 ? 2 : 3;  // about 64 KB of keys and v
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kModeAll = 0, kModeKeys = 1, kModeTokens = 2;
 constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads in flight together)
+// Runtime::mark's phases (tasks/paged_attention.py names them): each pass marks the first four.
+constexpr int kPhaseRequested = 0, kPhaseQ = 1, kPhaseKeys = 2, kPhaseRows = 3, kPhaseCounted = 4;
 
 // The largest power of two <= n (n >= 1).
 __host__ __device__ constexpr int floor_pow2(int n) { return n < 2 ? 1 : 2 * floor_pow2(n / 2); }
@@ -308,6 +310,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
     int const early_end = max(p.step, p.in1);
     while (issued < kStages && issued < num_tiles && min(p.kb + (issued + 1) * kTileKeys, ke) <= early_end)
       issue(issued++);
+    rt.mark(kPhaseRequested);
 
     if (pass == 0) {  // 1. append this task's new keys and values, last warps first (the first prepare q rows)
       int const aw = kWorkerWarps - 1 - warp;
@@ -353,6 +356,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
         if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
     }
     __syncthreads();  // the q rows, and the append for every thread's cp.async
+    rt.mark(kPhaseQ);
     uint32_t qa[D / 16][4];
     if (active) {
 #pragma unroll
@@ -446,6 +450,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
         cp_async_commit();
     }
     cp_async_wait_all();
+    rt.mark(kPhaseKeys);
 
     // Merge the warps of each m-tile: (m, l, O) per warp and row into shared memory, then per row.
     float *my_o = scratch + warp * S::kScratchWarp, *my_ml = my_o + 16 * S::kScratchRow;
@@ -506,6 +511,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       }
     }
     __syncthreads();  // the scratch is the next pass's tiles
+    rt.mark(kPhaseRows);
   }
 
   if constexpr (Z > 1) {
@@ -551,6 +557,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       *last_flag = last;
     }
     __syncthreads();
+    rt.mark(kPhaseCounted);
     if (!*last_flag) return;
     // P threads per (row, 16-byte chunk) when a decode's rows leave threads idle: each merges every
     // P-th split, then the P partial merges combine through shuffles, so that the merger's loads
