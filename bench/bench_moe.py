@@ -19,7 +19,8 @@ routed and against torch, in one run.
   replayed from a CUDA graph; per block = chain / LAYERS.
 - self-check: every block's logits, routing (exactly, against the reference routing of the
   megakernel's own logits), expert outputs and block output against fp32 math on that routing.
-- --profile: the span of each layer inside one launch (profiler), per block, at B = 1 and 64.
+- --profile: the span of each layer inside one launch (profiler), per block, at B = 1 and 64, and the
+  median of each phase the expert layers' bodies mark (Runtime::mark).
 
     python bench/bench_moe.py [--profile] [--batches 1,4] [--w13 topk|routed] [--w2 sum|split]
     # writes $OUT/bench_moe.json; table last
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from mpk_runtime.harness import find_reference
+from mpk_runtime.profile.stats import read_phases_csv
 from mpk_runtime.tasks.moe_w2_mul_sum_add import column_slices
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -218,15 +220,19 @@ def check(blocks, layers) -> list[str]:
     return bad
 
 
-def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> dict[str, float]:
-    """Each layer type's span inside one launch (first task begin to last task end), median over blocks and launches."""
+def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each layer type's span inside one launch (first task begin to last task end), median over blocks and
+    launches; and for the task types whose bodies mark phases (Runtime::mark), each phase's median over tasks."""
     prof = torch.zeros(1 << 22, dtype=torch.uint64, device="cuda")
     trace = str(Path(tempfile.mkdtemp()) / "trace")
     pk, _ = megakernel(batch, layers, LAYERS, x, res, profiler_tensor=prof, trace_name=trace, target_cc=cc, **mode)
     spans: dict[str, list[float]] = {}
+    phases: dict[str, dict[str, list[float]]] = {}
     for _ in range(5):
         pk()
         pk.synchronize()
+        for r in read_phases_csv(pk.profile_paths["phases"]):
+            phases.setdefault(r.task_type_name, {}).setdefault(r.phase, []).append(r.duration_ns / 1e3)
         by_layer: dict[str, list[int]] = {}
         for row in csv.DictReader(open(pk.profile_paths["csv"])):
             lo_hi = by_layer.setdefault(row["layer"], [1 << 62, 0])
@@ -234,7 +240,8 @@ def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> dict[str, float]:
         for layer, (lo, hi) in by_layer.items():
             spans.setdefault(layer.rsplit("_", 1)[0], []).append((hi - lo) / 1e3)
     pk.finalize()
-    return {k: statistics.median(v) for k, v in spans.items()}
+    medians = {t: {n: statistics.median(d) for n, d in ps.items()} for t, ps in phases.items()}
+    return {k: statistics.median(v) for k, v in spans.items()}, medians
 
 
 def main() -> None:
@@ -302,7 +309,7 @@ def main() -> None:
             "graph_over_mpk": graph_us / mpk_us,
         }
         if args.profile and batch in (1, 64):
-            row["layer_spans_us"] = layer_spans(batch, layers, x, res, cc, mode)
+            row["layer_spans_us"], row["phase_median_us"] = layer_spans(batch, layers, x, res, cc, mode)
         rows.append(row)
     timing.save(
         "bench_moe",
@@ -325,6 +332,8 @@ def main() -> None:
         if "layer_spans_us" in r:
             spans = ", ".join(f"{k} {v:.1f}" for k, v in r["layer_spans_us"].items())
             print(f"B={r['batch']} layer spans (us, per block): {spans}")
+            for task_type, medians in r["phase_median_us"].items():
+                print(f"B={r['batch']} {task_type} phases, median us: " + "; ".join(f"{n} {v:.2f}" for n, v in medians.items()))
     print("problems: " + ("; ".join(problems) if problems else "none (every block checked against fp32 math)"))
     heads = ("B", "experts", "floor us", "mpk us", "% floor", "launch/blk", "eager us", "graph us", "eager/mpk", "graph/mpk")
     print(" ".join(f"{h:>{w}}" for h, w in zip(heads, (3, 8, 9, 8, 8, 10, 9, 9, 9, 9))))

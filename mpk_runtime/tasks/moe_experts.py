@@ -5,7 +5,7 @@ check and report of a bad routing slot."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -70,6 +70,12 @@ class ExpertLinear(ReadsRouting):
     headers = {arch: "common/moe_linear.cuh" for arch in archs.NAMES}
     function = "mpk::tasks::moe_linear"
     smem_function = "mpk::tasks::moe_linear_smem_bytes"
+    # Runtime::mark in moe_linear.cuh's expert_work (rounds of several experts repeat the second).
+    phases: ClassVar[tuple[str, ...]] = (
+        "experts with tokens listed",
+        "token lists built",
+        "expert units: weights streamed, rows written",
+    )
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         tokens, experts = self.check_streams(args, values, grid)

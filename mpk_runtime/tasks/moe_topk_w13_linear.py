@@ -29,6 +29,7 @@ class MoeTopkW13Linear(ExpertLinear):
     function = "mpk::tasks::moe_topk_w13_linear"
     smem_function = "mpk::tasks::moe_topk_w13_linear_smem_bytes"
     reference = "moe_topk_w13_linear"
+    phases = ("routing: top-k of the logits, expert mask", *ExpertLinear.phases)
     doc = """moe_topk_softmax_routing's routing and moe_w13_linear's gate / up projection in one layer,
     for decode-sized batches. input (tokens, H); weight (E, 2 * I, H), each expert's gate rows then
     its up rows; router_logits (tokens, E), float32, bfloat16 or float16; output (tokens, k, 2 * I)

@@ -49,6 +49,12 @@ class MoeW2MulSumAdd(ReadsRouting):
     function = "mpk::tasks::moe_w2_mul_sum_add"
     smem_function = "mpk::tasks::moe_w2_mul_sum_add_smem_bytes"
     reference = "moe_w2_mul_sum_add"
+    # Runtime::mark in the body.
+    phases = (
+        "experts with tokens listed, residual requested",
+        "units: token lists, weights, sums",
+        "residual added, rows written",
+    )
     doc = """moe_w2_linear and moe_mul_sum_add in one layer: output[t] = residual[t] + sum_j
     topk_weights[t, j] * input[t, j] @ weight[e_j].T over token t's k experts e_j, in fp32 with one
     rounding. input (tokens, k, I) (the experts' activations, from the gate / up layer); weight

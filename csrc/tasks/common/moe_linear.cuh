@@ -197,11 +197,12 @@ __device__ __forceinline__ int routed_experts(int32_t const *mask, int *active) 
 // The layer's work, shared by moe_linear and moe_topk_w13_linear: task `me` of `num_tasks` takes its
 // share of the units of the experts with tokens (mask rises), and for each its token list from the
 // expert's routing row (routing + e * row_stride; global memory or shared). smem: E + kMaxSegments * B
-// ints of dynamic shared memory.
+// ints of dynamic shared memory. It marks phases `phase` (the experts with tokens listed) and
+// `phase` + 1 (each round's token lists built) for the profiler; the units follow.
 template <typename T, int B, int E, int TOPK, int K, int N, int OUT_COLS, bool W13>
 __device__ __forceinline__ void expert_work(TaskDesc const &task, Runtime const &rt, T const *x, T const *w,
                                             int32_t const *routing, int row_stride, int32_t const *mask, T *y,
-                                            int *smem) {
+                                            int *smem, uint32_t phase) {
   constexpr int UPE = N / kUnitRows;  // units per expert
   int const num_tasks = task.scalar_i(0);
   int const me = task.grid_idx[0];
@@ -211,6 +212,7 @@ __device__ __forceinline__ void expert_work(TaskDesc const &task, Runtime const 
   int *lists = active + E;     // [kMaxSegments][B] output rows per expert
 
   int const num_active = routed_experts<E>(mask, active);
+  rt.mark(phase);
   long long const units = static_cast<long long>(num_active) * UPE;
   int const lo = static_cast<int>(units * me / num_tasks);
   int const hi = static_cast<int>(units * (me + 1) / num_tasks);
@@ -255,6 +257,7 @@ __device__ __forceinline__ void expert_work(TaskDesc const &task, Runtime const 
       len[s] = count;
     }
     __syncthreads();  // the token lists complete
+    rt.mark(phase + 1);
 #pragma unroll
     for (int s = 0; s < kMaxSegments; ++s) {
       if (s >= segments) break;
@@ -289,7 +292,7 @@ __device__ __forceinline__ void moe_linear(TaskDesc const &task, Runtime const &
   moe_detail::check_expert_shapes<T, B, E, TOPK, K, N, OUT_COLS, W13>();
   moe_detail::expert_work<T, B, E, TOPK, K, N, OUT_COLS, W13>(
       task, rt, task.input<T const>(0), task.input<T const>(1), task.input<int32_t const>(2), B,
-      task.input<int32_t const>(3), task.output<T>(0), reinterpret_cast<int *>(dynamic_smem));
+      task.input<int32_t const>(3), task.output<T>(0), reinterpret_cast<int *>(dynamic_smem), 0);
 }
 
 }  // namespace tasks

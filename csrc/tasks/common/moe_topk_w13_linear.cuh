@@ -63,8 +63,9 @@ __device__ __forceinline__ void moe_topk_w13_linear(TaskDesc const &task, Runtim
       },
       mask);
   __syncthreads();
+  rt.mark(0);  // the routing; expert_work marks phases 1 and 2
   moe_detail::expert_work<T, B, E, TOPK, K, N, OUT_COLS, true>(task, rt, task.input<T const>(0), task.input<T const>(1),
-                                                               slots, RS, mask, task.output<T>(0), mask + E + 1);
+                                                               slots, RS, mask, task.output<T>(0), mask + E + 1, 1);
 }
 
 }  // namespace tasks

@@ -84,6 +84,7 @@ __device__ __forceinline__ void moe_w2_mul_sum_add(TaskDesc const &task, Runtime
     first_residual.raw = ld_16(residual + static_cast<size_t>(threadIdx.x / PER_ROW) * H + threadIdx.x % PER_ROW * V);
   for (int i = lane; i < tokens * AS; i += kWarpSize) my_sums[i] = 0.f;
   int const units = routed_experts<E>(mask, active) * UPE;
+  rt.mark(0);
   auto weights_of = [&](int u) { return w + static_cast<size_t>(active[u / UPE]) * H * K; };
   if (warp < units)  // this warp's first unit: in L2 by the time its token list is built
     prefetch_rows<T, kblocks_in_flight<K, 1>() * 32>(
@@ -122,6 +123,7 @@ __device__ __forceinline__ void moe_w2_mul_sum_add(TaskDesc const &task, Runtime
     __syncwarp();  // the next unit rewrites the list
   }
   __syncthreads();  // every warp's sums
+  rt.mark(1);
 
   for (int i = threadIdx.x; i < pairs; i += kWorkerThreads) {
     int const tok = i / PER_ROW, c = (i % PER_ROW) * V;
