@@ -1,0 +1,64 @@
+"""One SM's streaming ceiling: bandwidth per SM from DRAM by warps loading and bytes each keeps in
+flight, for one SM alone and for every SM at once (bench/sm_stream.cu, built here with nvcc for this
+GPU). The task bodies stream with the worker's 8 warps; this says what those warps can reach, and
+whether an SM's bytes in flight or the device's DRAM bound a layer.
+
+    python bench/bench_sm_stream.py   # writes $OUT/bench_sm_stream.json
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import timing  # noqa: E402
+
+SOURCE = Path(__file__).with_name("sm_stream.cu")
+
+
+def build(cc: tuple[int, int], where: Path) -> Path:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    arch = f"{cc[0]}{cc[1]}" + ("a" if cc[0] >= 9 else "")
+    exe = where / "sm_stream"
+    subprocess.run(
+        [nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(exe), str(SOURCE)], check=True
+    )
+    return exe
+
+
+def main() -> None:
+    facts = timing.device_facts()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build(torch.cuda.get_device_capability(0), Path(tmp))
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    lines = out.stdout.split("\n")
+    head = lines[0].split()
+    rows = [dict(zip(head, line.split())) for line in lines[1:] if line.strip()]
+    for r in rows:
+        for key in ("blocks", "warps", "D"):
+            r[key] = int(r[key])
+        for key in ("in_flight_KB_per_block", "GBps_per_SM", "TBps_total"):
+            r[key] = float(r[key])
+    print(f"{facts['device']}, {facts['date']}: GB/s per SM (one SM alone, every SM at once) by warps and bytes in flight")
+    print("| mode | warps | D | KB in flight | one SM | all SMs, per SM | all SMs, total TB/s |")
+    print("|---|---|---|---|---|---|---|")
+    alone = {(r["mode"], r["warps"], r["D"]): r for r in rows if r["blocks"] == 1}
+    for r in rows:
+        if r["blocks"] == 1:
+            continue
+        one = alone.get((r["mode"], r["warps"], r["D"]))
+        print(
+            f"| {r['mode']} | {r['warps']} | {r['D']} | {r['in_flight_KB_per_block']:.0f} | "
+            f"{one['GBps_per_SM'] if one else float('nan'):.1f} | {r['GBps_per_SM']:.1f} | {r['TBps_total']:.2f} |"
+        )
+    timing.save("bench_sm_stream", {**facts, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
