@@ -32,31 +32,44 @@ def build(cc: tuple[int, int], where: Path) -> Path:
     return exe
 
 
-def main() -> None:
-    facts = timing.device_facts()
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = build(torch.cuda.get_device_capability(0), Path(tmp))
-        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
-    lines = out.stdout.split("\n")
+def parse(stdout: str) -> list[dict]:
+    """The program's table (a header line, then one line a case) as dicts with numbers."""
+    lines = [line for line in stdout.split("\n") if line.strip()]
     head = lines[0].split()
-    rows = [dict(zip(head, line.split())) for line in lines[1:] if line.strip()]
+    rows = [dict(zip(head, line.split())) for line in lines[1:]]
     for r in rows:
         for key in ("blocks", "warps", "D"):
             r[key] = int(r[key])
         for key in ("in_flight_KB_per_block", "GBps_per_SM", "TBps_total"):
             r[key] = float(r[key])
-    print(f"{facts['device']}, {facts['date']}: GB/s per SM (one SM alone, every SM at once) by warps and bytes in flight")
-    print("| mode | warps | D | KB in flight | one SM | all SMs, per SM | all SMs, total TB/s |")
-    print("|---|---|---|---|---|---|---|")
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Markdown rows: each every-SM case beside the same case on one SM alone."""
+    out = [
+        "| mode | warps | D | KB in flight | one SM | all SMs, per SM | all SMs, total TB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     alone = {(r["mode"], r["warps"], r["D"]): r for r in rows if r["blocks"] == 1}
     for r in rows:
         if r["blocks"] == 1:
             continue
         one = alone.get((r["mode"], r["warps"], r["D"]))
-        print(
+        out.append(
             f"| {r['mode']} | {r['warps']} | {r['D']} | {r['in_flight_KB_per_block']:.0f} | "
             f"{one['GBps_per_SM'] if one else float('nan'):.1f} | {r['GBps_per_SM']:.1f} | {r['TBps_total']:.2f} |"
         )
+    return out
+
+
+def main() -> None:
+    facts = timing.device_facts()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build(torch.cuda.get_device_capability(0), Path(tmp))
+        rows = parse(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+    print(f"{facts['device']}, {facts['date']}: GB/s per SM (one SM alone, every SM at once) by warps and bytes in flight")
+    print("\n".join(table(rows)))
     timing.save("bench_sm_stream", {**facts, "rows": rows})
 
 

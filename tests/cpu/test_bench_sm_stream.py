@@ -1,0 +1,56 @@
+"""bench/bench_sm_stream.py without a GPU: its CUDA program builds for sm80 and sm90a with this
+machine's nvcc, and the program's output becomes the rows and the table the bench prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))  # the bench imports timing.py beside it
+    try:
+        spec = importlib.util.spec_from_file_location("bench_sm_stream", BENCH / "bench_sm_stream.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="no nvcc")
+@pytest.mark.parametrize("cc", [(8, 0), (9, 0)], ids=["sm80", "sm90a"])
+def test_the_program_builds(bench, tmp_path, cc):
+    exe = bench.build(cc, tmp_path)
+    assert exe.is_file() and exe.stat().st_size > 0
+
+
+OUTPUT = """mode blocks warps D in_flight_KB_per_block GBps_per_SM TBps_total
+cp.async 1 8 4 32.0 74.5 0.075
+cp.async 132 8 4 32.0 33.2 4.390
+ld 132 2 1 1.0 2.6 0.340
+"""
+
+
+def test_the_output_becomes_rows_and_a_table(bench):
+    rows = bench.parse(OUTPUT)
+    assert rows[1] == {
+        "mode": "cp.async",
+        "blocks": 132,
+        "warps": 8,
+        "D": 4,
+        "in_flight_KB_per_block": 32.0,
+        "GBps_per_SM": 33.2,
+        "TBps_total": 4.39,
+    }
+    lines = bench.table(rows)
+    assert lines[2] == "| cp.async | 8 | 4 | 32 | 74.5 | 33.2 | 4.39 |"  # beside the one-SM case
+    assert lines[3] == "| ld | 2 | 1 | 1 | nan | 2.6 | 0.34 |"  # no one-SM case: said so, not invented
+    assert len(lines) == 4
