@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from mpk_runtime.harness import find_reference
-from mpk_runtime.profile.stats import read_phases_csv
+from mpk_runtime.profile.stats import per_phase, read_phases_csv
 from mpk_runtime.tasks.moe_w2_mul_sum_add import column_slices
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -227,12 +227,11 @@ def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> tuple[dict[str, f
     trace = str(Path(tempfile.mkdtemp()) / "trace")
     pk, _ = megakernel(batch, layers, LAYERS, x, res, profiler_tensor=prof, trace_name=trace, target_cc=cc, **mode)
     spans: dict[str, list[float]] = {}
-    phases: dict[str, dict[str, list[float]]] = {}
+    phase_rows = []
     for _ in range(5):
         pk()
         pk.synchronize()
-        for r in read_phases_csv(pk.profile_paths["phases"]):
-            phases.setdefault(r.task_type_name, {}).setdefault(r.phase, []).append(r.duration_ns / 1e3)
+        phase_rows += read_phases_csv(pk.profile_paths["phases"])
         by_layer: dict[str, list[int]] = {}
         for row in csv.DictReader(open(pk.profile_paths["csv"])):
             lo_hi = by_layer.setdefault(row["layer"], [1 << 62, 0])
@@ -240,7 +239,9 @@ def layer_spans(batch, layers, x, res, cc: int, mode: dict) -> tuple[dict[str, f
         for layer, (lo, hi) in by_layer.items():
             spans.setdefault(layer.rsplit("_", 1)[0], []).append((hi - lo) / 1e3)
     pk.finalize()
-    medians = {t: {n: statistics.median(d) for n, d in ps.items()} for t, ps in phases.items()}
+    medians: dict[str, dict[str, float]] = {}
+    for e in per_phase(phase_rows):
+        medians.setdefault(e["task_type_name"], {})[e["phase"]] = e["median_ns"] / 1e3
     return {k: statistics.median(v) for k, v in spans.items()}, medians
 
 

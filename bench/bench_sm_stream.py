@@ -8,7 +8,6 @@ whether an SM's bytes in flight or the device's DRAM bound a layer.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,19 +15,19 @@ from pathlib import Path
 
 import torch
 
+from mpk_runtime import archs
+from mpk_runtime.build.nvcc import nvcc
+
 sys.path.insert(0, str(Path(__file__).parent))
 import timing  # noqa: E402
 
 SOURCE = Path(__file__).with_name("sm_stream.cu")
 
 
-def build(cc: tuple[int, int], where: Path) -> Path:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    arch = f"{cc[0]}{cc[1]}" + ("a" if cc[0] >= 9 else "")
+def build(arch: archs.Arch, where: Path) -> Path:
+    """The program, built for `arch` (the project's gencode for it) into `where`."""
     exe = where / "sm_stream"
-    subprocess.run(
-        [nvcc, "-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-o", str(exe), str(SOURCE)], check=True
-    )
+    subprocess.run([nvcc(), "-O3", "-std=c++17", f"-gencode={arch.gencode}", "-o", str(exe), str(SOURCE)], check=True)
     return exe
 
 
@@ -66,7 +65,7 @@ def table(rows: list[dict]) -> list[str]:
 def main() -> None:
     facts = timing.device_facts()
     with tempfile.TemporaryDirectory() as tmp:
-        exe = build(torch.cuda.get_device_capability(0), Path(tmp))
+        exe = build(archs.native_for(torch.cuda.get_device_capability(0)), Path(tmp))
         rows = parse(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
     print(f"{facts['device']}, {facts['date']}: GB/s per SM (one SM alone, every SM at once) by warps and bytes in flight")
     print("\n".join(table(rows)))

@@ -63,12 +63,9 @@ def _phases(csv: str, task: str | None) -> list[dict]:
     if not path.exists():
         raise CliError(f"{csv}: no phases CSV next to it ({path.name}); a profiled launch writes it with the trace")
     rows = ps.read_phases_csv(path)
-    if task is not None:
-        rows = [r for r in rows if r.task_type_name == task or (task.isdigit() and r.task_type_id == int(task))]
     if not rows:
-        which = f"task type {task!r}" if task is not None else "no task type"
-        raise CliError(f"{path}: {which} marks phases in this profile; a body marks them with Runtime::mark (task_api.cuh)")
-    return ps.per_phase(rows)
+        raise CliError(f"{path}: no task type marks phases in this profile; a body marks them with Runtime::mark (task_api.cuh)")
+    return ps.per_phase(ps.select(rows, task) if task is not None else rows)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def test_per_phase_orders_by_task_type_then_phase():
     [
         ("none", ["{csv}", "--phases"], r"no phases CSV next to it \(run.phases.csv\)"),
         ("unmarked", ["{csv}", "--phases"], "no task type marks phases in this profile; a body marks them with Runtime::mark"),
-        ("marked", ["{csv}", "noop", "--phases"], "task type 'noop' marks phases"),
+        ("marked", ["{csv}", "noop", "--phases"], r"no task type 'noop' in this profile; it has: paged_attention \(7\)"),
     ],
 )
 def test_phase_query_errors(capsys, recorder, attention_graph, tmp_path, setup, argv, match):
