@@ -4,9 +4,11 @@
 // warp collective, at __nanosleep, or by returning (in the shuffled order a warp at times sits out
 // a few rounds, as warps drift apart on the device). Then the runner completes what can complete:
 // a warp collective once every lane named in its mask waits at a collective of the same kind, mask
-// and width (the same intrinsic, possibly at another line, as the programming guide allows), and a
-// block barrier once every thread waits at it. What can never complete is reported and stops the run:
+// and width (the same intrinsic, possibly at another line, as the programming guide allows), a
+// named barrier (bar.sync id, n) once n threads, whole warps, wait at id (at any line), and a block
+// barrier once every thread waits at it. What can never complete is reported and stops the run:
 //   - a barrier that some threads returned without reaching, or threads waiting at different barriers;
+//   - more threads at a named barrier than its count, or threads giving one id different counts;
 //   - a collective whose mask leaves out the calling lane, names a lane that returned, or names lanes
 //     that wait elsewhere; a shuffle that reads a lane outside its mask; an invalid shuffle width;
 //   - threads that spin in __nanosleep while nothing else can move.
@@ -112,7 +114,7 @@ thread_local Arena arena;
 
 char const *barrier_name(int kind) {
   static char const *const names[] = {"__syncthreads()", "__syncthreads_count()", "__syncthreads_and()",
-                                      "__syncthreads_or()"};
+                                      "__syncthreads_or()", "named barrier"};
   return names[kind];
 }
 
@@ -143,6 +145,9 @@ std::string hex_mask(unsigned m) {
 std::string waiting_at(Thread const &t) {
   switch (t.state) {
     case State::kBarrier:
+      if (t.kind == kNamedBarrier)
+        return "named barrier " + std::to_string(t.arg) + " (" + std::to_string(t.value) + " threads) at " +
+               where(t.site);
       return std::string(barrier_name(t.kind)) + " at " + where(t.site);
     case State::kWarp:
       return std::string(warp_name(t)) + "(mask " + hex_mask(t.mask) + ") at " + where(t.site);
@@ -385,6 +390,53 @@ void diagnose_collective(Block &b) {
   }
 }
 
+// Releases every named barrier that as many threads wait at as its count says (whole warps).
+// Returns whether any was; a definite error (more threads than the count, counts that differ, part
+// of a warp) stops the run.
+bool resolve_named(Block &b) {
+  int const n = b.cfg.num_threads;
+  bool progress = false;
+  for (int id = 1; id < kNamedBarriers; ++id) {
+    std::vector<uint32_t> at;
+    for (int i = 0; i < n; ++i) {
+      Thread const &t = b.threads[i];
+      if (t.state == State::kBarrier && t.kind == kNamedBarrier && t.arg == id) at.push_back(i);
+    }
+    if (at.empty()) continue;
+    Thread const &first = b.threads[at[0]];
+    std::string const name = "named barrier " + std::to_string(id);
+    for (uint32_t i : at)
+      if (b.threads[i].value != first.value) {
+        b.failure = prefix("divergent barrier") + describe_thread(at[0]) + " waits at " + name + " for " +
+                    std::to_string(first.value) + " threads, " + describe_thread(i) + " for " +
+                    std::to_string(b.threads[i].value) +
+                    ": every thread of a named barrier must give it the same count";
+        return progress;
+      }
+    if (at.size() < first.value) continue;
+    if (at.size() > first.value) {
+      b.failure = prefix("divergent barrier") + describe_threads(at) + " wait at " + name + ", which is for " +
+                  std::to_string(first.value) + ": which of them it releases would depend on the order they arrive in";
+      return progress;
+    }
+    unsigned lanes[kMaxWarps] = {};  // of each warp, the ones waiting here
+    for (uint32_t i : at) lanes[i / 32] |= 1u << (i % 32);
+    for (int w = 0; w * 32 < n; ++w) {
+      int const in_warp = std::min(32, n - w * 32);
+      unsigned const all = in_warp == 32 ? ~0u : (1u << in_warp) - 1;
+      if (lanes[w] && lanes[w] != all) {
+        b.failure = prefix("divergent barrier") + waiting_at(first) + " is complete with " + describe_threads(at) +
+                    ", part of warp " + std::to_string(w) + ": a named barrier takes whole warps";
+        return progress;
+      }
+    }
+    if (b.cfg.race_check) race_named_barrier(b, at);
+    for (uint32_t i : at) b.threads[i].state = State::kRunnable;
+    progress = true;
+  }
+  return progress;
+}
+
 // Every thread that has not returned waits at a block barrier: release it, or report the divergence.
 void resolve_barrier(Block &b) {
   int const n = b.cfg.num_threads;
@@ -398,7 +450,8 @@ void resolve_barrier(Block &b) {
     }
     auto it = std::find_if(sites.begin(), sites.end(), [&](auto const &s) {
       return s.first->kind == t.kind && s.first->site.line == t.site.line &&
-             (s.first->site.file == t.site.file || !strcmp(s.first->site.file, t.site.file));
+             (s.first->site.file == t.site.file || !strcmp(s.first->site.file, t.site.file)) &&
+             (t.kind != kNamedBarrier || (s.first->arg == t.arg && s.first->value == t.value));
     });
     if (it == sites.end()) sites.push_back({&t, {}}), it = sites.end() - 1;
     it->second.push_back(i);
@@ -408,6 +461,12 @@ void resolve_barrier(Block &b) {
     for (size_t k = 0; k < sites.size(); ++k)
       msg += std::string(k ? ";" : "") + " " + describe_threads(sites[k].second) + " at " + waiting_at(*sites[k].first);
     b.failure = msg + (done.empty() ? "" : "; " + describe_threads(done) + " returned");
+    return;
+  }
+  if (sites[0].first->kind == kNamedBarrier) {  // resolve_named would have released it if it could
+    b.failure = prefix("divergent barrier") + waiting_at(*sites[0].first) + " is reached by " +
+                describe_threads(sites[0].second) + " only" +
+                (done.empty() ? std::string() : ": " + describe_threads(done) + " returned without reaching it");
     return;
   }
   if (!done.empty()) {
@@ -486,7 +545,9 @@ void schedule(Block &b) {
       for (uint32_t tid : order) moved |= b.threads[tid].state != State::kYielded;
     }
     moved_last = moved;
-    bool const progress = resolve_warps(b);
+    bool progress = resolve_warps(b);
+    if (stopped(b)) return;
+    progress |= resolve_named(b);
     if (stopped(b)) return;
     int done = 0, runnable = 0, at_warp = 0;
     for (int i = 0; i < n; ++i) {
@@ -566,6 +627,25 @@ int barrier(Site site, int kind, int pred) {
   t.value = pred;
   suspend(t);
   return static_cast<int>(t.result);
+}
+
+void named_barrier(Site site, int id, int threads) {
+  Thread &t = current("bar.sync");
+  int const n = tls_block->cfg.num_threads;
+  if (id < 1 || id >= kNamedBarriers)
+    abort_block(prefix("invalid barrier") + describe_thread(t.tid) + " waits at named barrier " + std::to_string(id) +
+                " at " + where(site) + ": the ids are 1 to " + std::to_string(kNamedBarriers - 1) +
+                " (0 is __syncthreads()')");
+  if (threads < 32 || threads % 32 || threads > n)
+    abort_block(prefix("invalid barrier") + describe_thread(t.tid) + " waits at named barrier " + std::to_string(id) +
+                " at " + where(site) + " for " + std::to_string(threads) +
+                " threads: a multiple of 32 (whole warps), at most the block's " + std::to_string(n));
+  t.state = State::kBarrier;
+  t.site = site;
+  t.kind = kNamedBarrier;
+  t.arg = id;
+  t.value = static_cast<uint64_t>(threads);
+  suspend(t);
 }
 
 uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int arg, int width) {

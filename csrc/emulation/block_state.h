@@ -19,6 +19,8 @@ enum class State : uint8_t { kRunnable, kYielded, kBarrier, kWarp, kDone };
 
 constexpr size_t kStackBytes = 128 << 10;  // each fiber's stack (registers and local memory)
 constexpr int kMaxAsyncCopies = 128;       // cp.async copies one thread may have in flight (a pipeline of stages)
+constexpr int kMaxWarps = 32;              // of a block of at most 1024 threads
+constexpr int kNamedBarriers = 16;         // bar.sync ids; 0 is __syncthreads'
 
 struct AsyncCopy {
   void *dst;
@@ -53,6 +55,9 @@ struct Thread {
   // Race checking: the thread's view of its warp's lanes' clocks (a vector clock over the warp,
   // reset at every block barrier; __syncwarp joins the clocks of its lanes).
   uint32_t clock[32];
+  // The named barriers each warp has passed since the last block barrier, as far as this thread
+  // knows (its own warp's entry: its warp's count; a named barrier joins its threads' views).
+  uint32_t warp_clock[kMaxWarps];
 };
 
 // A signal in task code (faults.cpp): what the report needs, formatted after the run.
@@ -94,6 +99,7 @@ std::string finding(char const *what);
 void race_begin(Block &b);
 void race_barrier(Block &b);
 void race_syncwarp(Block &b, uint32_t warp, unsigned mask);
+void race_named_barrier(Block &b, std::vector<uint32_t> const &tids);  // whole warps
 // cp.async: the destination is written by an agent no one is ordered with, from issue to wait;
 // at the wait the issuing thread reads the source and writes the destination.
 void race_async_issue(uintptr_t dst, uint32_t bytes, uint32_t pc);

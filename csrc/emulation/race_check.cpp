@@ -9,8 +9,11 @@
 //
 // Ordering within a block comes only from barriers and __syncwarp (shuffles and votes order no
 // memory; atomics are relaxed), so happens-before is cheap to decide: two accesses are ordered if a
-// block barrier lies between them (the epoch grew), if one thread made both, or if they are lanes of
-// one warp joined by __syncwarp since (a vector clock over the 32 lanes, reset at each barrier). Two
+// block barrier lies between them (the epoch grew), if one thread made both, if they are lanes of
+// one warp joined by __syncwarp since (a vector clock over the 32 lanes, reset at each barrier), or
+// if the second thread has since passed a named barrier (bar.sync id, n) that the first one's warp
+// passed after the access, directly or through other named barriers (a vector clock over the warps,
+// counting the named barriers each passed, reset at each block barrier). Two
 // unordered accesses to a byte, at least one a write and not both atomic, are a race; it is reported
 // with both threads and both source lines (addr2line on the module, -g). A write is checked against
 // the first and the last other reader of the epoch, so a race with a reader in between can be missed.
@@ -47,6 +50,7 @@ enum : uint16_t { kAtomic = 1, kAsync = 2 };
 struct Access {
   uint32_t epoch;  // 0, or below the task's first epoch: none
   uint32_t clock;  // the thread's own lane clock at the access
+  uint32_t warp_clock;  // the named barriers the thread's warp had passed
   uint32_t pc;  // offset in the module
   uint16_t tid;
   uint16_t flags;  // kAtomic, kAsync (a cp.async in flight: ordered with nothing)
@@ -142,7 +146,8 @@ inline bool live(RaceState const &rs, Access const &a) { return a.epoch >= rs.ta
 
 inline bool ordered_before(RaceState const &rs, Access const &a, Thread const &t) {
   if (a.flags & kAsync) return false;
-  return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock);
+  return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock) ||
+         t.warp_clock[a.tid / 32] > a.warp_clock;
 }
 
 // [a, a + n) inside one of the sorted, disjoint ranges.
@@ -195,7 +200,8 @@ void access(uintptr_t addr, uintptr_t size, bool write, uint16_t flags, uint32_t
     r.kind = Finding::kMisaligned;
     add_report(rs, r);
   }
-  Access const me{rs.epoch, t->clock[t->tid % 32], pc, static_cast<uint16_t>(t->tid), flags};
+  Access const me{rs.epoch, t->clock[t->tid % 32],         t->warp_clock[t->tid / 32],
+                  pc,       static_cast<uint16_t>(t->tid), flags};
   bool found = false, uninitialized = false;
   for (uintptr_t a = addr; a < addr + size; ++a) {
     Cell &c = page_cells(rs, a / kPageBytes)[a % kPageBytes];
@@ -312,6 +318,7 @@ void race_begin(Block &b) {
   }
   for (int i = 0; i < b.cfg.num_threads; ++i) {
     memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
+    memset(b.threads[i].warp_clock, 0, sizeof b.threads[i].warp_clock);
     b.threads[i].clock[i % 32] = 1;
   }
   rs.on = true;
@@ -328,6 +335,7 @@ void race_barrier(Block &b) {
   ++race_state().epoch;
   for (int i = 0; i < b.cfg.num_threads; ++i) {
     memset(b.threads[i].clock, 0, sizeof b.threads[i].clock);
+    memset(b.threads[i].warp_clock, 0, sizeof b.threads[i].warp_clock);
     b.threads[i].clock[i % 32] = 1;
   }
 }
@@ -342,6 +350,20 @@ void race_syncwarp(Block &b, uint32_t warp, unsigned mask) {
     memcpy(t.clock, joined, sizeof joined);
     ++t.clock[t.tid % 32];
   }
+}
+
+void race_named_barrier(Block &b, std::vector<uint32_t> const &tids) {
+  uint32_t joined[kMaxWarps] = {};
+  unsigned masks[kMaxWarps] = {};  // the lanes of each warp that passed
+  for (uint32_t tid : tids) {
+    masks[tid / 32] |= 1u << (tid % 32);
+    for (int w = 0; w < kMaxWarps; ++w) joined[w] = std::max(joined[w], b.threads[tid].warp_clock[w]);
+  }
+  for (int w = 0; w < kMaxWarps; ++w)
+    if (masks[w]) ++joined[w];  // each warp that passed has passed one more
+  for (uint32_t tid : tids) memcpy(b.threads[tid].warp_clock, joined, sizeof joined);
+  for (int w = 0; w < kMaxWarps; ++w)  // and its lanes are joined as by __syncwarp
+    if (masks[w]) race_syncwarp(b, w, masks[w]);
 }
 
 std::string race_end(Block &b) {
@@ -379,7 +401,8 @@ std::string race_end(Block &b) {
         else
           out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
                  verb(r.prior_write, r.prior.flags & kAtomic, true) + " it at " + location(where, r.prior.pc) +
-                 ", with no barrier in between (__syncthreads(), or __syncwarp() within a warp)";
+                 ", with no barrier in between (__syncthreads(), a named barrier of both, or __syncwarp() within a "
+                 "warp)";
         break;
       case Finding::kReadOutsideSlices:
         out += "read outside the task's slices" + task + who + "; the task " + rs.memory->slices +

@@ -23,7 +23,7 @@ struct ThreadView {
 };
 extern thread_local ThreadView const *tls_view;  // the running fiber's; set by the runner
 
-enum BarrierKind : int { kSyncthreads, kSyncthreadsCount, kSyncthreadsAnd, kSyncthreadsOr };
+enum BarrierKind : int { kSyncthreads, kSyncthreadsCount, kSyncthreadsAnd, kSyncthreadsOr, kNamedBarrier };
 enum WarpKind : int { kShflIdx, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSyncwarp, kExchange };
 
 // Computes every lane's output of a warp_exchange from all lanes' inputs, indexed by lane.
@@ -32,6 +32,10 @@ using Combine = void (*)(void const *const *ins, void *const *outs);
 // The runner (block_runner.cpp). Each call is a switch point: the fiber waits there until the
 // barrier or collective completes, and gets its result.
 int barrier(Site site, int kind, int pred);
+// bar.sync id, threads: the calling thread waits until `threads` threads (whole warps) wait at
+// barrier `id` (1 to 15; 0 is __syncthreads'), then all of them go on, their memory accesses before
+// it ordered before theirs after it.
+void named_barrier(Site site, int id, int threads);
 uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int arg, int width);
 // A warp collective with a payload (a tensor-core mma): every lane of `mask` waits with its `in`,
 // and once all have arrived `combine` fills every lane's `out`. `name` names it in reports. Like

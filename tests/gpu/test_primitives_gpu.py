@@ -97,7 +97,9 @@ def test_mma_within_the_stated_bound(device_module, host_module, name, dtype, se
     assert torch.equal(host, cases.mma_model(a, b, c, dtype))
 
 
-@pytest.mark.parametrize("name", ["cp_async_copy", "loads", "memory_order", "reductions", "vec_bf16", "vec_fp16"])
+@pytest.mark.parametrize(
+    "name", ["cp_async_copy", "loads", "memory_order", "reductions", "vec_bf16", "vec_fp16", "named_barriers"]
+)
 def test_bit_identical(device_module, host_module, name):
     _, host, device = both(device_module, host_module, name)
     for h, d in zip(host, device):

@@ -48,6 +48,13 @@ KERNELS = [
     "divides_by_zero",
     "overflows_its_stack",
     "prefetch_past_end",
+    "named_barriers",
+    "named_barrier_other_half",
+    "named_barrier_short",
+    "named_barrier_too_many",
+    "named_barrier_counts_differ",
+    "named_barrier_half_warps",
+    "named_barrier_invalid",
 ]
 
 

@@ -160,6 +160,47 @@ __device__ void mma_half_warp(TaskDesc const &task, Runtime const &) {
   task.output<float>(0)[threadIdx.x] = c[0];
 }
 
+// Each half of the block passes its own named barrier, then reads a word the other half wrote: no
+// barrier orders the two halves.
+__device__ void named_barrier_other_half(TaskDesc const &task, Runtime const &) {
+  __shared__ uint32_t s[kWorkerThreads];
+  int const t = threadIdx.x, half = kWorkerThreads / 2;
+  s[t] = t;  // @other-half-write
+  named_barrier_sync(1 + t / half, half);
+  task.output<uint32_t>(0)[t] = s[(t + half) % kWorkerThreads];  // @other-half-read
+}
+
+// Threads 0-63 wait at a named barrier for all 128 threads, but threads 64-127 return.
+__device__ void named_barrier_short(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x >= 64) return;
+  named_barrier_sync(1, kWorkerThreads);  // @named-short
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Every thread waits at a named barrier for 64.
+__device__ void named_barrier_too_many(TaskDesc const &task, Runtime const &) {
+  named_barrier_sync(2, 64);  // @named-too-many
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Warps 0-1 give named barrier 1 a count of 64, warps 2-3 a count of 128.
+__device__ void named_barrier_counts_differ(TaskDesc const &task, Runtime const &) {
+  named_barrier_sync(1, threadIdx.x < 64 ? 64 : 128);
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Lanes 0-15 of warps 0 and 1 make a named barrier's 32 threads.
+__device__ void named_barrier_half_warps(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x < 64 && threadIdx.x % 32 < 16) named_barrier_sync(1, 32);  // @named-half-warps
+  task.output<uint32_t>(0)[threadIdx.x] = 1;
+}
+
+// Named barrier 0 is __syncthreads'; 48 threads are not whole warps.
+__device__ void named_barrier_invalid(TaskDesc const &task, Runtime const &) {
+  bool const id_zero = task.output<uint32_t>(0)[0] == 0;
+  named_barrier_sync(id_zero ? 0 : 1, id_zero ? 64 : 48);  // @named-invalid
+}
+
 // Thread 0 reads a word one past the end of its output (the caller gives it 128 words).
 __device__ void read_past_end(TaskDesc const &task, Runtime const &) {
   uint32_t *out = task.output<uint32_t>(0);

@@ -158,6 +158,31 @@ __device__ void warp_synced(TaskDesc const &task, Runtime const &) {
   out[t] = s[t ^ 1];
 }
 
+// Two pipelines of two warps each pass rounds through shared memory, each ordered by its own named
+// barrier and with its own number of rounds (3 and 5: __syncthreads could not order them). Then
+// warp 0's words reach warp 2 through warp 1, by two named barriers. out[r * N + tid], r < 5: the
+// partner's word of round r (0 past a pipeline's last round); out[5 * N + tid]: for warp 2, a word
+// warp 0 wrote.
+__device__ void named_barriers(TaskDesc const &task, Runtime const &) {
+  constexpr int N = kWorkerThreads, P = N / 2;
+  uint32_t *out = task.output<uint32_t>(0);
+  __shared__ uint32_t s[N];
+  int const t = threadIdx.x, pipe = t / P, rounds = pipe == 0 ? 3 : 5;
+  for (int r = 0; r < 5; ++r) out[r * N + t] = 0;
+  for (int r = 0; r < rounds; ++r) {
+    s[t] = 1000 * r + t;
+    named_barrier_sync(1 + pipe, P);
+    out[r * N + t] = s[pipe * P + (t + 1) % P];
+    named_barrier_sync(1 + pipe, P);  // the words are read before the next round writes them
+  }
+  __syncthreads();
+  int const warp = t / 32;
+  if (warp == 0) s[t] = 7 * t;
+  if (warp <= 1) named_barrier_sync(3, 64);
+  if (warp == 1 || warp == 2) named_barrier_sync(4, 64);
+  out[5 * N + t] = warp == 2 ? s[t - 64] : 0;
+}
+
 // A task that reports an error (Runtime::fail), as embed does for a token out of range.
 __device__ void task_error(TaskDesc const &task, Runtime const &rt) {
   if (threadIdx.x == 3) rt.fail(task, MPK_TASK_ERROR_INDEX, 42);

@@ -37,6 +37,7 @@ KERNELS = [
     Kernel("reductions", "mpk::prim_test::reductions(task, rt);"),
     Kernel("vec_bf16", "mpk::prim_test::vec_round_trip<__nv_bfloat16>(task, rt);"),
     Kernel("vec_fp16", "mpk::prim_test::vec_round_trip<__half>(task, rt);"),
+    Kernel("named_barriers", "mpk::prim_test::named_barriers(task, rt);"),
 ]
 VARIANT = {k.name: i for i, k in enumerate(KERNELS)}
 
@@ -111,6 +112,8 @@ def inputs(name: str, seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Ten
         # ties: halfway between two representable values must round to even
         x[8:16] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-11, 1 + 3 * 2**-11, 2**-9, 3.0, -(1 + 2**-8), 1.0])
         return [x], [torch.empty(N * per, dtype=dtype), torch.full((N * per,), float("nan"))]
+    if name == "named_barriers":
+        return [torch.randint(0, 1 << 20, (N,), generator=g, dtype=torch.int32)], [torch.full((5 * N,), -1, dtype=torch.int32)]
     raise KeyError(name)
 
 
@@ -152,6 +155,16 @@ def block_model(x: torch.Tensor, op) -> torch.Tensor:
     for w in range(1, per_warp.numel()):
         r = op(r, per_warp[w])
     return r.expand(x.numel())
+
+
+def named_barriers_model(x: torch.Tensor) -> torch.Tensor:
+    """Each half of the block, its own rounds (3, then 5): round r, thread t reads its half's next
+    thread's value + r; 0 past its half's rounds."""
+    half = N // 2
+    t = torch.arange(N)
+    neighbour = t // half * half + (t % half + 1) % half
+    rounds = torch.where(t < half, 3, 5)
+    return torch.stack([torch.where(r < rounds, x[neighbour] + r, 0) for r in range(5)]).flatten().to(torch.int32)
 
 
 def maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -113,6 +113,24 @@ __device__ void reductions(TaskDesc const &task, Runtime const &) {
   out[3 * kWorkerThreads + t] = block_reduce(v, MaxOp());
 }
 
+// named_barrier_sync: warps 0-1 and warps 2-3 are two groups, each passing 3 (resp. 5) rounds through
+// shared memory ordered only by its own named barrier (1, resp. 2, of 64 threads). Round r: thread t
+// writes in[t] + r, then reads its group neighbour's word: out[r * N + t] (0 past its group's rounds).
+__device__ void named_barriers(TaskDesc const &task, Runtime const &) {
+  constexpr int N = kWorkerThreads, P = N / 2;
+  __shared__ int32_t s[N];
+  int32_t const *in = task.input<int32_t const>(0);
+  int32_t *out = task.output<int32_t>(0);
+  int const t = threadIdx.x, group = t / P, rounds = group == 0 ? 3 : 5;
+  for (int r = 0; r < rounds; ++r) {
+    s[t] = in[t] + r;
+    named_barrier_sync(1 + group, P);
+    out[r * N + t] = s[group * P + (t + 1) % P];
+    named_barrier_sync(1 + group, P);
+  }
+  for (int r = rounds; r < 5; ++r) out[r * N + t] = 0;
+}
+
 // in: N * kVec16<T> floats. Thread t stores its kVec16<T> of them as T with store16 (out 0) and
 // reads them back as floats with load16 (out 1).
 template <typename T>

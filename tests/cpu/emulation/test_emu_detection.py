@@ -10,7 +10,7 @@ import torch
 from emu_helpers import THREADS as N
 from emu_helpers import marked
 
-CORRECT = ["barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced"]
+CORRECT = ["barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced", "named_barriers"]
 
 
 def out_words(n: int = 2 * N) -> torch.Tensor:
@@ -113,7 +113,7 @@ def test_shared_memory_race_report_in_full(race_kernels):
     assert race == (
         f"data race in task 5: thread 1 (warp 0, lane 1) writes 4 bytes at shared mpk::test::racy_shared()::s+4 "
         f"at {marked('racy-shared-write')}; thread 0 (warp 0, lane 0) read it at {marked('racy-shared-read')}, "
-        f"with no barrier in between (__syncthreads(), or __syncwarp() within a warp)"
+        f"with no barrier in between (__syncthreads(), a named barrier of both, or __syncwarp() within a warp)"
     )
 
 
@@ -151,8 +151,8 @@ def test_reduction_missing_its_second_barrier(kernels, race_kernels):
         "data race in task 5: thread 0 (warp 0, lane 0) writes 4 bytes at shared "
         f"mpk::test::one_barrier_reduce<unsigned int>()::partial+0 at {marked('one-barrier-write')} (inlined at "
         f"{marked('one-barrier-second-call')}); thread 127 (warp 3, lane 31) read it at {marked('one-barrier-read')} "
-        f"(inlined at {marked('one-barrier-first-call')}), with no barrier in between (__syncthreads(), or __syncwarp() "
-        "within a warp)"
+        f"(inlined at {marked('one-barrier-first-call')}), with no barrier in between (__syncthreads(), a named barrier "
+        "of both, or __syncwarp() within a warp)"
     )
 
 
@@ -181,6 +181,57 @@ def test_misaligned_vector_access(race_kernels):
         f"{marked('misaligned-vector')}, not a multiple of 16 (the device stops the kernel with a "
         f"misaligned address error)"
     )
+
+
+@pytest.mark.parametrize("order", ["in_order", "reversed", "shuffled"])
+def test_a_named_barrier_orders_only_its_threads(race_kernels, order):
+    report = detected(race_kernels, "named_barrier_other_half", order=order, seed=1)
+    race = next(line for line in report.splitlines() if line.startswith("data race in task 5: "))
+    assert "shared mpk::test::named_barrier_other_half()::s+" in race
+    assert f"at {marked('other-half-write')}" in race and f"at {marked('other-half-read')}" in race
+
+
+def test_named_barrier_some_threads_returned_from(kernels):
+    assert detected(kernels, "named_barrier_short") == (
+        f"divergent barrier in task 5: named barrier 1 (128 threads) at {marked('named-short')} is reached by "
+        "threads 0-63 only: threads 64-127 returned without reaching it"
+    )
+
+
+def test_named_barrier_with_more_threads_than_its_count(kernels):
+    assert detected(kernels, "named_barrier_too_many") == (
+        "divergent barrier in task 5: threads 0-127 wait at named barrier 2, which is for 64: which of them it "
+        "releases would depend on the order they arrive in"
+    )
+
+
+def test_named_barrier_counts_that_differ(kernels):
+    report = detected(kernels, "named_barrier_counts_differ", order="in_order")
+    assert report == (
+        "divergent barrier in task 5: thread 0 (warp 0, lane 0) waits at named barrier 1 for 64 threads, thread 64 "
+        "(warp 2, lane 0) for 128: every thread of a named barrier must give it the same count"
+    )
+
+
+def test_named_barrier_of_half_warps(kernels):
+    assert detected(kernels, "named_barrier_half_warps") == (
+        f"divergent barrier in task 5: named barrier 1 (32 threads) at {marked('named-half-warps')} is complete "
+        "with threads 0-15, 32-47, part of warp 0: a named barrier takes whole warps"
+    )
+
+
+INVALID_NAMED = {
+    0: "waits at named barrier 0 at {at}: the ids are 1 to 15 (0 is __syncthreads()')",
+    1: "waits at named barrier 1 at {at} for 48 threads: a multiple of 32 (whole warps), at most the block's 128",
+}
+
+
+@pytest.mark.parametrize("first,expected", INVALID_NAMED.items())
+def test_named_barrier_id_and_count_checked(kernels, first, expected):
+    out = out_words()
+    out[0] = first
+    report = detected(kernels, "named_barrier_invalid", out, order="in_order")
+    assert report == "invalid barrier in task 5: thread 0 (warp 0, lane 0) " + expected.format(at=marked("named-invalid"))
 
 
 def test_race_check_needs_a_race_checking_build(kernels):

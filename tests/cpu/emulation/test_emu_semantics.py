@@ -1,4 +1,4 @@
-"""The CUDA a host-emulated block sees: barriers, static and dynamic shared memory, every shuffle at
+"""The CUDA a host-emulated block sees: barriers (block and named), static and dynamic shared memory, every shuffle at
 every width, votes, atomics, and the run order (selectable, deterministic per seed). Expected
 values come from the CUDA programming guide's wording, written here independently of the shim's
 PTX-based implementation."""
@@ -116,6 +116,18 @@ def test_atomics(kernels, order, seed):
         assert got[16:] == [0xFFFFFFFF] + list(range(N - 1))
     if order == "reversed":
         assert got[9] == 1 and got[10] == 0
+
+
+@pytest.mark.parametrize("order,seed", ORDERS)
+def test_named_barriers_let_pipelines_run_their_own_rounds(kernels, order, seed):
+    out = torch.zeros(6 * N, dtype=torch.int32)
+    assert kernels.run("named_barriers", out, order=order, seed=seed).ok
+    got, half = table(out, 6), N // 2
+    for r in range(5):
+        rounds = [3 if t < half else 5 for t in range(N)]
+        partner = [t // half * half + (t % half + 1) % half for t in range(N)]
+        assert got[r] == [1000 * r + partner[t] if r < rounds[t] else 0 for t in range(N)], f"round {r}"
+    assert got[5] == [7 * (t - 64) if t // 32 == 2 else 0 for t in range(N)]  # warp 0's words, through warp 1
 
 
 def test_warp_exchange_ordered_by_syncwarp(kernels):

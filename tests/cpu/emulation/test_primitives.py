@@ -1,14 +1,24 @@
 """The host versions of csrc/primitives against independent PyTorch models of their semantics
 comments (primitive_cases.py): mma's fragment layout and fp32 sums, cp.async's copy at the wait,
 the 16-byte loads and stores, the memory-order atomics, the timer and sleep, the warp and block
-reductions, and the vector conversions. Bit-identical everywhere; each kernel also runs race-checked
+reductions, named barriers, and the vector conversions. Bit-identical everywhere; each kernel also runs race-checked
 (nothing to report) and in every thread order."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from primitive_cases import N, block_model, butterfly, inputs, load_host, maximum, mma_model, run_host
+from primitive_cases import (
+    N,
+    block_model,
+    butterfly,
+    inputs,
+    load_host,
+    maximum,
+    mma_model,
+    named_barriers_model,
+    run_host,
+)
 
 ORDERS = [("in_order", 0), ("reversed", 0), ("shuffled", 7)]
 
@@ -97,3 +107,9 @@ def test_vector_conversions_round_to_nearest_even(prims, name, dtype):
     (x,), (y, back) = run(prims, name)
     same_bits(y, x.to(dtype))
     same_bits(back, x.to(dtype).float())
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0]}{o[1]}")
+def test_named_barriers_order_their_groups(prims, order):
+    (x,), (out,) = run(prims, "named_barriers", order)
+    same_bits(out, named_barriers_model(x))
