@@ -99,6 +99,10 @@ CONFIGS = {
     # 11 new tokens x 4 heads: 3 m-tiles, taken 2 then 1, so the first pass ends its keys before the
     # last new key: the new keys a pass reads from the input stop at its causal end
     "chunk_in_two_passes": ("sm90", 64, 4, 1, 1, 16, ((14, 3), (1, 20)), False),
+    # 8 warps, head_dim 128: decodes of several 128-key tiles a split, of one, of part of one; a
+    # decode of 501 keys next to a 2 m-tile chunk
+    "d128_long_decodes_split": ("sm90", 128, 4, 2, 2, 16, ((1, 700), (1, 129), (1, 64)), True),
+    "d128_gqa8_decode_and_chunk": ("sm90", 128, 8, 1, 1, 32, ((1, 500), (3, 200)), False),
 }
 
 
@@ -118,3 +122,11 @@ def test_no_race_in_the_body():
     random: the race checker finds nothing (shared memory tiles, the merge scratch)."""
     module = load(["__nv_bfloat16", 64, 4, 1, 2], "sm80", race=True)
     check(*run_layer(module, ((1, 40), (20, 4)), head_dim=64, group=4, kv_heads=1, splits=2, page_size=16, race=True))
+
+
+def test_no_race_at_eight_warps():
+    """The sm90 thread count (8 warps, head_dim 128): decode splits of two tiles and of one, and a
+    4 m-tile chunk, threads interleaved at random: the race checker finds nothing."""
+    module = load(["__nv_bfloat16", 128, 4, 1, 2], "sm90", race=True)
+    requests = ((1, 300), (1, 40), (16, 4))
+    check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=1, splits=2, page_size=16, race=True))
