@@ -143,21 +143,27 @@ def p90(values: list[int]) -> int:
     return ordered[math.ceil(0.9 * len(ordered)) - 1]
 
 
+def _duration_stats(durations: list[int]) -> dict[str, float | int]:
+    """min, max, avg, median and p90 of some durations, keyed ``<stat>_ns``."""
+    return {
+        "min_ns": min(durations),
+        "max_ns": max(durations),
+        "avg_ns": round(statistics.fmean(durations), 3),
+        "median_ns": statistics.median(durations),
+        "p90_ns": p90(durations),
+    }
+
+
 def stats(rows: list[Row], which: str) -> dict[str, float | int]:
     """``which`` is one of STATS; ``all`` gives every one. ``wall`` is first begin to last end."""
     if which not in STATS:
         raise ProfileError(f"--stat {which!r} is not a statistic; use one of {', '.join(STATS)}")
-    durations = [r.duration_ns for r in rows]
-    compute = {
-        "min": lambda: min(durations),
-        "max": lambda: max(durations),
-        "avg": lambda: round(statistics.fmean(durations), 3),
-        "median": lambda: statistics.median(durations),
-        "p90": lambda: p90(durations),
-        "wall": lambda: max(r.end_ns for r in rows) - min(r.begin_ns for r in rows),
+    computed = {
+        **_duration_stats([r.duration_ns for r in rows]),
+        "wall_ns": max(r.end_ns for r in rows) - min(r.begin_ns for r in rows),
     }
     names = [s for s in STATS if s != "all"] if which == "all" else [which]
-    return {"count": len(rows), **{f"{s}_ns": compute[s]() for s in names}}
+    return {"count": len(rows), **{f"{s}_ns": computed[f"{s}_ns"] for s in names}}
 
 
 def task_types(rows: list[Row]) -> list[dict]:
@@ -215,11 +221,7 @@ def per_phase(rows: list[PhaseRow]) -> list[dict]:
             "phase_no": no,
             "phase": phase,
             "count": len(groups[tid, name, no, phase]),
-            "min_ns": min(groups[tid, name, no, phase]),
-            "median_ns": statistics.median(groups[tid, name, no, phase]),
-            "avg_ns": round(statistics.fmean(groups[tid, name, no, phase]), 3),
-            "p90_ns": p90(groups[tid, name, no, phase]),
-            "max_ns": max(groups[tid, name, no, phase]),
+            **_duration_stats(groups[tid, name, no, phase]),
         }
         for tid, name, no, phase in order
     ]
