@@ -33,7 +33,8 @@ paged_attention_batch = find_reference("paged_attention_batch", layer="paged_att
 rope_tables = find_reference("rope_tables", layer="paged_attention")
 
 H, HKV, D, PAGE = 32, 8, 128, 64
-DECODE = [(1, 8192, 16), (8, 1024, 2), (8, 8192, 2), (32, 4096, 1), (64, 2048, 1)]  # (B, S, grid z)
+# (B, S, grid z, kv heads a task: 2 is grid y = HKV / 2, the two halves of the warps streaming at once)
+DECODE = [(1, 8192, 16, 1), (8, 1024, 2, 1), (8, 8192, 4, 2), (32, 4096, 1, 2), (64, 2048, 1, 2)]
 PREFILL = (4096, 128)  # tokens, grid z: each task 32 new tokens of one kv head, 128 rows, one pass
 BF = torch.bfloat16
 
@@ -83,7 +84,7 @@ class Layer:
             },
         )
 
-    def build(self, splits: int):
+    def build(self, splits: int, pairs: int = 1):
         shared = {}
 
         def build(pk, i):
@@ -99,18 +100,18 @@ class Layer:
                 cos_pos_embed=shared["cos"],
                 sin_pos_embed=shared["sin"],
                 output=pk.attach_input(self.out[i], f"o{i}"),
-                grid_dim=(self.b, HKV, splits),
+                grid_dim=(self.b, HKV // pairs, splits),
                 block_dim=pk.block_dim,
             )
 
         return build
 
-    def check(self, arch: str, splits: int) -> float:
+    def check(self, arch: str, splits: int, pairs: int) -> float:
         """Run copy 0 once; the worst |error| of its output against the reference (asserted)."""
         pk = layer_bench.kernel(target_cc=int(arch[2:]), **self.params)
         self.k[0].copy_(self.k0)
         self.v[0].copy_(self.v0)
-        self.build(splits)(pk, 0)
+        self.build(splits, pairs)(pk, 0)
         pk.compile()
         pk()
         pk.synchronize()
@@ -126,9 +127,9 @@ class Layer:
         return (got - r.output[r.rows].float()).abs().max().item()
 
 
-def megakernel_us(layer: Layer, arch: str, splits: int, copies: int) -> float:
-    one = layer_bench.launch_us(layer.build(splits), 1, target_cc=int(arch[2:]), **layer.params)
-    many = layer_bench.launch_us(layer.build(splits), copies, target_cc=int(arch[2:]), **layer.params)
+def megakernel_us(layer: Layer, arch: str, splits: int, pairs: int, copies: int) -> float:
+    one = layer_bench.launch_us(layer.build(splits, pairs), 1, target_cc=int(arch[2:]), **layer.params)
+    many = layer_bench.launch_us(layer.build(splits, pairs), copies, target_cc=int(arch[2:]), **layer.params)
     return (many - one) / (copies - 1)
 
 
@@ -153,12 +154,12 @@ def torch_decode_us(b: int, s: int) -> tuple[float, float]:
     return sdpa_us, timing.time_us(graphed(gather_sdpa), reps=50, device_bound=True)
 
 
-def decode_case(b: int, s: int, splits: int, arch: str, copy_tbps: float) -> dict:
+def decode_case(b: int, s: int, splits: int, pairs: int, arch: str, copy_tbps: float) -> dict:
     kv_bytes = 2 * b * HKV * s * D * 2
     copies = max(3, min(8, -(-(256 << 20) // kv_bytes)))
     layer = Layer([s - 1] * b, [s - 1] * b, b, copies)
-    err = layer.check(arch, splits)
-    mpk_us = megakernel_us(layer, arch, splits, copies)
+    err = layer.check(arch, splits, pairs)
+    mpk_us = megakernel_us(layer, arch, splits, pairs, copies)
     del layer
     torch.cuda.empty_cache()
 
@@ -167,6 +168,7 @@ def decode_case(b: int, s: int, splits: int, arch: str, copy_tbps: float) -> dic
     return {
         "case": f"decode B={b} S={s}",
         "grid_z": splits,
+        "kv_heads_per_task": pairs,
         "copies": copies,
         "mpk_us": mpk_us,
         "floor_us": floor_us,
@@ -182,8 +184,8 @@ def decode_case(b: int, s: int, splits: int, arch: str, copy_tbps: float) -> dic
 def prefill_case(arch: str) -> dict:
     n, splits = PREFILL
     layer = Layer([n], [0], n, 2)
-    err = layer.check(arch, splits)
-    mpk_us = megakernel_us(layer, arch, splits, 2)
+    err = layer.check(arch, splits, 1)
+    mpk_us = megakernel_us(layer, arch, splits, 1, 2)
     del layer
     q = torch.randn(1, H, n, D, dtype=BF, device="cuda")
     k = torch.randn(1, HKV, n, D, dtype=BF, device="cuda")
@@ -204,14 +206,14 @@ def prefill_case(arch: str) -> dict:
     }
 
 
-def prebuild(arch: str) -> None:
-    """Build the modules of every grid z at once (nvcc processes in parallel); the cases then load
+def prebuild(arch: str, decode: list[tuple[int, int, int, int]]) -> None:
+    """Build the modules of every grid (z, kv heads a task) at once (nvcc processes in parallel); the cases then load
     them from the cache. Each graph is made in a compile-only kernel and built as the GPU needs it
     (its compile() would build a cubin)."""
     import mpk_runtime as mpk
     from mpk_runtime import harness
 
-    def build(splits: int) -> None:
+    def build(grid: tuple[int, int]) -> None:
         layer = Layer([16], [0], 16, 1)
         params = mpk.PersistentKernel.get_default_init_parameters()
         params.update(test_mode=True, compile_only=True, target_cc=int(arch[2:]), num_workers=8)
@@ -220,45 +222,56 @@ def prebuild(arch: str) -> None:
         for name in ("x", "q_norm", "k_norm", "cos", "sin"):
             setattr(layer, name, getattr(layer, name).cpu())
         layer.k, layer.v, layer.out = [t.cpu() for t in layer.k], [t.cpu() for t in layer.v], [t.cpu() for t in layer.out]
-        layer.build(splits)(pk, 0)
+        layer.build(*grid)(pk, 0)
         harness.build_for(pk, on_gpu=True)
 
     with ThreadPoolExecutor() as pool:
-        list(pool.map(build, sorted({z for _, _, z in DECODE} | {PREFILL[1]})))
+        list(pool.map(build, sorted({(z, hp) for _, _, z, hp in decode} | {(PREFILL[1], 1)})))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm90", choices=["sm80", "sm90"])
     parser.add_argument("--skip-prefill", action="store_true")
-    parser.add_argument("--decode", metavar="BxS,BxS", help="Only these decode cases, e.g. 1x8192,8x1024 (default: all five)")
+    parser.add_argument(
+        "--decode",
+        metavar="BxS[:Z:HP],...",
+        help="Only these decode cases, e.g. 1x8192,8x1024 (default: all five); :Z:HP sets the grid (z, kv heads a task)",
+    )
     args = parser.parse_args()
-    wanted = {tuple(int(n) for n in c.split("x")) for c in args.decode.split(",")} if args.decode else None
-    decode = [(b, s, z) for b, s, z in DECODE if wanted is None or (b, s) in wanted]
-    if wanted and len(decode) < len(wanted):
-        known = ",".join(f"{b}x{s}" for b, s, _ in DECODE)
-        parser.error(f"--decode {args.decode}: the decode cases are {known}")
+    decode = DECODE
+    if args.decode:
+        grids = {(b, s): (z, hp) for b, s, z, hp in DECODE}
+        decode = []
+        for c in args.decode.split(","):
+            bs, *grid = c.split(":")
+            b, s = (int(n) for n in bs.split("x"))
+            if (b, s) not in grids or len(grid) not in (0, 2) or (grid and grid[1] not in ("1", "2")):
+                known = ",".join(f"{b}x{s}" for b, s, _, _ in DECODE)
+                parser.error(f"--decode {c}: the decode cases are {known}, each with an optional :Z:HP (HP 1 or 2)")
+            decode.append((b, s, *((int(grid[0]), int(grid[1])) if grid else grids[b, s])))
     arch = args.arch
-    prebuild(arch)
+    prebuild(arch, decode)
     facts = timing.device_facts()
     copy = layer_bench.copy_bandwidth()
-    rows = [decode_case(b, s, z, arch, copy) for b, s, z in decode]
+    rows = [decode_case(b, s, z, hp, arch, copy) for b, s, z, hp in decode]
     prefill = None if args.skip_prefill else prefill_case(arch)
     timing.save("bench_paged_attention", {**facts, "arch": arch, "copy_TBps": copy, "decode": rows, "prefill": prefill})
     print(f"{facts['device']}, {facts['date']}, {arch} build; copy bandwidth {copy:.2f} TB/s")
-    head = ["z", "mpk us", "floor us", "% floor", "gather+sdpa", "x faster", "sdpa", "mpk/sdpa"]
-    print(f"{'case':22} " + " ".join(f"{h:>{w}}" for h, w in zip(head, (3, 8, 9, 8, 12, 9, 8, 9))))
+    head = ["z/hp", "mpk us", "floor us", "% floor", "gather+sdpa", "x faster", "sdpa", "mpk/sdpa"]
+    print(f"{'case':22} " + " ".join(f"{h:>{w}}" for h, w in zip(head, (5, 8, 9, 8, 12, 9, 8, 9))))
     for r in rows:
         ok = r["pct_of_floor"] >= 80 and r["gather_over_mpk"] >= 2.5 and r["mpk_over_sdpa"] <= 1.25
         print(
-            f"{r['case']:22} {r['grid_z']:3d} {r['mpk_us']:8.1f} {r['floor_us']:9.1f} {r['pct_of_floor']:7.0f}% "
+            f"{r['case']:22} {r['grid_z']:3d}/{r['kv_heads_per_task']} {r['mpk_us']:8.1f} {r['floor_us']:9.1f} "
+            f"{r['pct_of_floor']:7.0f}% "
             f"{r['gather_sdpa_us']:12.1f} {r['gather_over_mpk']:8.2f}x {r['sdpa_us']:8.1f} {r['mpk_over_sdpa']:8.2f}x"
             f"  {'meets targets' if ok else 'BELOW TARGET'}"
         )
     if prefill:
         p = prefill
         print(
-            f"{p['case']:22} {p['grid_z']:3d} {p['mpk_us']:8.1f} us ({p['mpk_tflops']:.0f} TFLOP/s) vs causal sdpa "
+            f"{p['case']:22} {p['grid_z']:3d}/1 {p['mpk_us']:8.1f} us ({p['mpk_tflops']:.0f} TFLOP/s) vs causal sdpa "
             f"{p['sdpa_us']:.1f} us ({p['sdpa_tflops']:.0f} TFLOP/s): {p['mpk_over_sdpa']:.2f}x"
         )
 

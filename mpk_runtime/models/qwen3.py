@@ -167,7 +167,7 @@ class _Builder:
             sin_pos_embed=self.rope[1],
             output=attn,
             eps=c.rms_norm_eps,
-            grid_dim=(p.max_num_batched_requests, c.num_key_value_heads, g.attention_splits),
+            grid_dim=(p.max_num_batched_requests, c.num_key_value_heads // g.attention_kv_heads_per_task, g.attention_splits),
             block_dim=bd,
         )
         h = self.new(tag + "attn_out", n, c.hidden_size)

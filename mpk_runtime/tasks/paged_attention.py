@@ -84,7 +84,10 @@ class PagedAttention(TaskSpec):
     written. bf16 or fp16, D = 64 or 128, any page size.
 
     grid_dim = (max_num_batched_requests, H_kv, Z): task (x, y, z) serves batch slot x (nothing when
-    the slot has no new tokens) and kv head y. Z = 1: one task per (request, kv head). Z > 1 splits
+    the slot has no new tokens) and kv head y. Grid y = H_kv / 2 (H_kv even) gives a task kv heads
+    2y and 2y + 1, run at once on the two halves of the worker's warps: two independent streams per
+    SM, which keeps more copies in flight when there are at least about two (request, kv head, z)
+    streams per worker. Z = 1: one task per (request, kv head). Z > 1 splits
     each (request, kv head) in Z tasks, for parallelism when the batch is small: a request with at
     most 16 new tokens (decode) splits its keys (each task streams a chunk, writes a partial result
     to a workspace the layer allocates itself, and the last of the Z to finish merges them through
@@ -129,8 +132,9 @@ class PagedAttention(TaskSpec):
             raise ShapeError(
                 f"{where}: cos_pos_embed and sin_pos_embed must be (max_seq_length, {d}); got {cos.shape}, {sin.shape}"
             )
-        if grid[1] != kv_heads:
-            raise GridError(f"{where}: grid_dim y={grid[1]} must be num_kv_heads={kv_heads} (one task per kv head)")
+        pairs = f" or num_kv_heads / 2 = {kv_heads // 2} (two kv heads a task)" if kv_heads % 2 == 0 else ""
+        if grid[1] != kv_heads and not (pairs and grid[1] == kv_heads // 2):
+            raise GridError(f"{where}: grid_dim y={grid[1]} must be num_kv_heads={kv_heads} (one kv head a task){pairs}")
         if not 1 <= grid[2] <= MAX_SPLITS:
             raise GridError(f"{where}: grid_dim z={grid[2]} splits a request's work; use 1 to {MAX_SPLITS}")
         values["splits"] = grid[2]  # a template argument, and what the slice reference splits by
@@ -165,13 +169,15 @@ class PagedAttention(TaskSpec):
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         _, _, kv_heads, d = s["k_cache"].full_shape
-        group = s["output"].shape[1] // d
-        return [s["input"].dtype.cpp, d, group, kv_heads, values["splits"]]
+        heads_per_task = s["k_cache"].shape[2]
+        group = s["output"].shape[1] // d // heads_per_task
+        return [s["input"].dtype.cpp, d, group, kv_heads, values["splits"], heads_per_task]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        # Unknown at compile time (the lengths are the iteration's): a fair share of a page table's keys.
+        # Unknown at compile time (the lengths are the iteration's): a fair share of a page table's keys
+        # per kv head (a task of two streams both at once, each at about the rate of one alone).
         _, ps, _, d = s["k_cache"].full_shape
-        return 2000.0 + 4 * ps * d * s["k_cache"].dtype.itemsize / 20.0
+        return 2000.0 + 4 * ps * d * s["k_cache"].dtype.itemsize / 20.0 * (1 + s["k_cache"].shape[2]) / 2
 
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
@@ -187,40 +193,42 @@ class PagedAttention(TaskSpec):
         kv_len = (len(pages) - 1) * ps + int(m["paged_kv_last_page_len_buffer"][x])
         step = kv_len - qlen
         kc, vc, out = outputs["k_cache"], outputs["v_cache"], outputs["output"]
-        d = kc.shape[-1]
-        group = out.shape[1] // d
+        d, heads_per_task = kc.shape[-1], kc.shape[2]
+        group = out.shape[1] // d // heads_per_task
         rows = inputs["input"][q0 : q0 + qlen]
-        # This task's columns of the input: its kv head's q heads, then its k and v.
         kv_heads = rows.shape[1] // d // (group + 2)
-        cols = torch.cat(
-            [
-                torch.arange(y * group * d, (y + 1) * group * d),
-                torch.arange((kv_heads * group + y) * d, (kv_heads * group + y + 1) * d),
-                torch.arange((kv_heads * (group + 1) + y) * d, (kv_heads * (group + 1) + y + 1) * d),
-            ]
-        )
         page_of = pages.repeat_interleave(ps)[:kv_len]  # the caches are views: index them by (page, offset)
         offset = torch.arange(kv_len) % ps
         attn = references.find(self.reference or self.name, layer=self.name)
-        o, k_new, v_new = attn(
-            rows[:, cols],
-            kc[page_of[:step], offset[:step]],
-            vc[page_of[:step], offset[:step]],
-            inputs["q_norm"],
-            inputs["k_norm"],
-            inputs["cos_pos_embed"],
-            inputs["sin_pos_embed"],
-            num_kv_heads=1,
-            eps=values["eps"],
-        )
         mode, lo, hi = splits(kv_len, qlen, values["splits"], z)
         if mode == "all":
             tokens = range(qlen)
         else:  # the keys of new tokens in [lo, hi), or new tokens lo .. hi - 1
             tokens = range(max(lo - step, 0), max(hi - step, 0)) if mode == "keys" else range(lo, hi)
-        for i in tokens:
-            kc[page_of[step + i], offset[step + i]] = k_new[i]
-            vc[page_of[step + i], offset[step + i]] = v_new[i]
         out_rows = range(qlen) if mode == "all" or (mode == "keys" and z == 0) else range(lo, hi) if mode == "tokens" else ()
-        for i in out_rows:
-            out[q0 + i] = o[i]
+        for j in range(heads_per_task):  # the box's kv heads, from the task's first
+            h = y * heads_per_task + j
+            # The input columns of kv head h: its q heads, then its k and v.
+            cols = torch.cat(
+                [
+                    torch.arange(h * group * d, (h + 1) * group * d),
+                    torch.arange((kv_heads * group + h) * d, (kv_heads * group + h + 1) * d),
+                    torch.arange((kv_heads * (group + 1) + h) * d, (kv_heads * (group + 1) + h + 1) * d),
+                ]
+            )
+            o, k_new, v_new = attn(
+                rows[:, cols],
+                kc[page_of[:step], offset[:step], j : j + 1],
+                vc[page_of[:step], offset[:step], j : j + 1],
+                inputs["q_norm"],
+                inputs["k_norm"],
+                inputs["cos_pos_embed"],
+                inputs["sin_pos_embed"],
+                num_kv_heads=1,
+                eps=values["eps"],
+            )
+            for i in tokens:
+                kc[page_of[step + i], offset[step + i], j : j + 1] = k_new[i]
+                vc[page_of[step + i], offset[step + i], j : j + 1] = v_new[i]
+            for i in out_rows:
+                out[q0 + i, j * group * d : (j + 1) * group * d] = o[i]

@@ -53,7 +53,18 @@ def test_one_task_per_slot_and_kv_head_and_no_workspace_without_splits(make_pk, 
     graph = json.loads((tmp_path / "task_graph_rank0.json").read_text())
     assert len(graph["tasks"]) == R * 2
     assert not any(t["kind"] == "workspace" for t in graph["tensors"])
-    assert "paged_attention_bf16_128_4_2_1" in pk.build_result.entry.name
+    assert "paged_attention_bf16_128_4_2_1_1" in pk.build_result.entry.name
+
+
+def test_grid_y_of_half_the_kv_heads_gives_a_task_two(make_pk, tmp_path):
+    """grid y = num_kv_heads / 2: one task per slot and pair of kv heads, each task's boxes two heads
+    wide (the cache's dim 2, the output's columns), the body instantiated with 2 heads a task."""
+    pk = make_pk(90, num_workers=4, **PARAMS)
+    layer(pk, heads=16, kv_heads=4, grid=(R, 2, 1))
+    pk.compile(output_dir=tmp_path)
+    graph = json.loads((tmp_path / "task_graph_rank0.json").read_text())
+    assert len(graph["tasks"]) == R * 2
+    assert "paged_attention_bf16_128_4_4_1_2" in pk.build_result.entry.name
 
 
 @pytest.mark.parametrize("cc", [80, 90, 100])
@@ -75,7 +86,12 @@ def test_compile_only_builds(make_pk, cc):
         (dict(output=(T, 512)), ShapeError, r"output must be \(max_num_batched_tokens, num_heads \* head_dim\) = \(8, 1024\)"),
         (dict(v_cache=(P, PS, 2, 64)), ShapeError, r"k_cache and v_cache must both be"),
         (dict(cos_pos_embed=(S, 64)), ShapeError, r"cos_pos_embed and sin_pos_embed must be \(max_seq_length, 128\)"),
-        (dict(grid=(R, 1, 1)), GridError, r"grid_dim y=1 must be num_kv_heads=2"),
+        (
+            dict(grid=(R, 3, 1)),
+            GridError,
+            r"grid_dim y=3 must be num_kv_heads=2 \(one kv head a task\) or num_kv_heads / 2 = 1 \(two kv heads a task\)$",
+        ),
+        (dict(heads=3, kv_heads=3, grid=(R, 1, 1)), GridError, r"grid_dim y=1 must be num_kv_heads=3 \(one kv head a task\)$"),
         (dict(grid=(R, 2, 129)), GridError, r"grid_dim z=129 splits a request.s work; use 1 to 128"),
         (dict(grid=(R + 1, 2, 1)), ConfigError, r"grid_dim x = 3 must equal the kernel's max_num_batched_requests = 2"),
         (

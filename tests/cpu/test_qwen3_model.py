@@ -114,6 +114,9 @@ def test_grids_divide_the_shapes():
     g = plan(c, 132, 1, 1)
     assert (g.qkv, g.o_proj, g.gate_up, g.down, g.lm_head, g.attention_splits) == (128, 128, 128, 128, 1187, 16)
     assert plan(c, 132, 8, 8).attention_splits == 2
+    # 32 x 8 (request, kv head) streams on 132 workers: one task per two kv heads, no split
+    assert (plan(c, 132, 32, 32).attention_splits, plan(c, 132, 32, 32).attention_kv_heads_per_task) == (1, 2)
+    assert plan(c, 132, 16, 16).attention_kv_heads_per_task == 1  # 128 streams: one a worker
 
 
 # The batches of tests/scenes/qwen3_model's two scenes (4 prompts in 8-token batches; 2 prompts in

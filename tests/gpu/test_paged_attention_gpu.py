@@ -73,7 +73,7 @@ class Batch:
                 where = (pages[:, None] * self.page + torch.arange(self.page, device="cuda")).reshape(-1)[:history]
                 self.k.view(-1, HKV, D)[where], self.v.view(-1, HKV, D)[where] = k, v
 
-    def kernel(self, make_pk, cc: int, splits: int):
+    def kernel(self, make_pk, cc: int, splits: int, heads_per_task: int = 1):
         pk = make_pk(target_cc=cc, **self.params())
         names = ("x", "k", "v", "q_norm", "k_norm", "cos", "sin", "out")
         t = {n: pk.attach_input(getattr(self, n), n) for n in names}
@@ -86,7 +86,7 @@ class Batch:
             cos_pos_embed=t["cos"],
             sin_pos_embed=t["sin"],
             output=t["out"],
-            grid_dim=(len(self.requests), HKV, splits),
+            grid_dim=(len(self.requests), HKV // heads_per_task, splits),
             block_dim=pk.block_dim,
         )
         pk.compile()
@@ -111,23 +111,30 @@ class Batch:
 
 
 CASES = [
-    # (target_cc, requests (prompt, history), page size, grid z)
-    (90, [(1, 4095)], 16, 16),  # B=1, S=4096: 16 splits of 256 keys
-    (90, [(1, 999)] * 8, 64, 1),
-    (90, [(1, h) for h in (3000, 17, 1200, 64, 2047)], 16, 16),  # short requests leave splits empty
-    (90, [(1024, 0)], 64, 16),  # prefill, split by tokens
-    (90, [(300, 0), (1, 700), (129, 64), (16, 16)], 16, 1),
-    (80, [(1, 1500)] * 4, 64, 4),
-    (80, [(300, 0), (1, 700), (129, 64), (16, 16)], 16, 4),
+    # (target_cc, requests (prompt, history), page size, grid z, kv heads a task)
+    (90, [(1, 4095)], 16, 16, 1),  # B=1, S=4096: 16 splits of 256 keys
+    (90, [(1, 999)] * 8, 64, 1, 1),
+    (90, [(1, h) for h in (3000, 17, 1200, 64, 2047)], 16, 16, 1),  # short requests leave splits empty
+    (90, [(1024, 0)], 64, 16, 1),  # prefill, split by tokens
+    (90, [(300, 0), (1, 700), (129, 64), (16, 16)], 16, 1, 1),
+    (80, [(1, 1500)] * 4, 64, 4, 1),
+    (80, [(300, 0), (1, 700), (129, 64), (16, 16)], 16, 4, 1),
+    # two kv heads a task (grid y = 4): halves of 4 warps (sm90) and of 2 (sm80)
+    (90, [(1, 999)] * 8, 64, 1, 2),
+    (90, [(1, h) for h in (3000, 17, 1200, 64, 2047)], 16, 16, 2),
+    (90, [(300, 0), (1, 700), (129, 64), (16, 16)], 16, 4, 2),
+    (80, [(1, 1500)] * 4, 64, 4, 2),
 ]
 
 
 @pytest.mark.parametrize(
-    ("cc", "requests", "page", "splits"), CASES, ids=[f"sm{c[0]}-b{len(c[1])}-z{c[3]}-{i}" for i, c in enumerate(CASES)]
+    ("cc", "requests", "page", "splits", "heads_per_task"),
+    CASES,
+    ids=[f"sm{c[0]}-b{len(c[1])}-z{c[3]}-hp{c[4]}-{i}" for i, c in enumerate(CASES)],
 )
-def test_against_the_reference(make_pk, cc, requests, page, splits):
+def test_against_the_reference(make_pk, cc, requests, page, splits, heads_per_task):
     b = Batch(requests, page)
-    pk = b.kernel(make_pk, cc, splits)
+    pk = b.kernel(make_pk, cc, splits, heads_per_task)
     pk()
     pk.synchronize()
     b.check(model_batches(b.params(cpu=True)))

@@ -2,6 +2,10 @@
 // reference/paged_attention/pytorch_reference.py). Task (x, y, z): batch slot x, kv head y, part z
 // of Z. Its rows are (new token i, q head g of kv head y), token-major, in m-tiles of 16 rows.
 //
+// Grid y = H_KV / 2: a task takes kv heads 2y and 2y + 1, one on each half of the warps, each half
+// with its own shared memory and named barrier. Two independent streams per SM keep copies in flight
+// while the other half does its math, merges or waits (the steps below serialize within a stream).
+//
 // Z > 1: a request with at most kKvSplitMaxTokens new tokens splits its keys in Z chunks (flash
 // decoding: each task writes a partial result and its log-sum-exp to the layer's workspace; the
 // last of the Z to finish, found with an atomic counter, merges them); a longer request splits its
@@ -35,6 +39,7 @@
 
 #include <type_traits>
 
+#include "primitives/block.cuh"
 #include "primitives/cp_async.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
@@ -48,8 +53,6 @@ namespace attn {
 
 constexpr int kKvSplitMaxTokens = 16;  // mpk_runtime/tasks/paged_attention.py: KV_SPLIT_MAX_TOKENS
 constexpr int kWorkspacePad = 4;       // floats after each partial row (its log-sum-exp)
-constexpr int kTileKeys = 16 * kWorkerWarps;
-constexpr int kStages = kWorkerWarps >= 8 ? 2 : 3;  // about 64 KB of keys and values in flight per SM
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kModeAll = 0, kModeKeys = 1, kModeTokens = 2;
 constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads in flight together)
@@ -60,16 +63,25 @@ constexpr int kPhaseRequested = 0, kPhaseQ = 1, kPhaseKeys = 2, kPhaseRows = 3, 
 __host__ __device__ constexpr int floor_pow2(int n) { return n < 2 ? 1 : 2 * floor_pow2(n / 2); }
 static_assert(floor_pow2(1) == 1 && floor_pow2(5) == 4 && floor_pow2(16) == 16, "floor_pow2");
 
-template <typename T, int D>
+// W warps stream one (request, kv head): all of the worker's, or half of them in a task of two kv
+// heads. A tile is 16 keys a warp; the stages keep about 64 KB of keys and values in flight per SM
+// (a half's two stages are half of that, and the two halves of the worker stream at once).
+template <int W>
+__host__ __device__ constexpr int stages_of() {
+  return W < kWorkerWarps || W >= 8 ? 2 : 3;
+}
+
+template <typename T, int D, int W>
 struct Smem {
+  static constexpr int kTileKeys = 16 * W, kStages = stages_of<W>();
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(T));
-  static constexpr int kQBytes = kWorkerWarps * 16 * kRowBytes;         // q rows of up to kWorkerWarps m-tiles
-  static constexpr int kTileBytes = kTileKeys * kRowBytes;              // K or V of one stage
+  static constexpr int kQBytes = W * 16 * kRowBytes;  // q rows of up to W m-tiles
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;  // K or V of one stage
   // The merge scratch: per warp 16 rows of O (row stride D + 4 floats: the PV fragment stores hit 4
   // banks where D would put them all in one; still 16-byte rows), then m and l of the 16 rows.
   static constexpr int kScratchRow = D + 4;
   static constexpr int kScratchWarp = 16 * kScratchRow + 32;
-  static constexpr int kScratchBytes = kWorkerWarps * kScratchWarp * 4;
+  static constexpr int kScratchBytes = W * kScratchWarp * 4;
   static constexpr int kKvBytes = kStages * 2 * kTileBytes > kScratchBytes ? kStages * 2 * kTileBytes : kScratchBytes;
   static constexpr int kBytes = kQBytes + kKvBytes + 16;  // + the "last split" flag
 };
@@ -206,39 +218,38 @@ __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt)
   return p;
 }
 
-}  // namespace attn
-
-template <typename T, int D, int G, int H_KV, int Z>
-constexpr unsigned paged_attention_smem_bytes() {
-  return attn::Smem<T, D>::kBytes;
-}
-
-template <typename T, int D, int G, int H_KV, int Z>
-__device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime const &rt) {
-  using namespace attn;
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
-  static_assert(D == 64 || D == 128, "paged_attention: head_dim 64 or 128");
-  static_assert(G >= 1 && G <= 16 && 16 % G == 0, "paged_attention: 1, 2, 4, 8 or 16 q heads per kv head");
-  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits");
+// What one (request, kv head) stream does: the whole task (W = kWorkerWarps), or one half of a task
+// of two kv heads (W = kWorkerWarps / 2). y: the kv head; head_in_box: its place in the task's
+// output boxes; tid: the thread within the W warps; smem: their own shared memory; barrier: the half's
+// named barrier (the other half runs on its own), or __syncthreads when the stream has every warp.
+template <typename T, int D, int G, int H_KV, int Z, int W>
+__device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, int y, int head_in_box, int tid,
+                                       int barrier, unsigned char *smem) {
   constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
   constexpr int E = D / 32, NT = D / 8, KC = D / 8;  // elements per lane; PV n-tiles; 16-byte chunks per row
-  using S = Smem<T, D>;
+  using S = Smem<T, D, W>;
+  constexpr int kTileKeys = S::kTileKeys, kStages = S::kStages, kWarps = W, kThreads = W * kWarpSize;
+  auto sync = [barrier] {
+    if constexpr (W == kWorkerWarps)
+      __syncthreads();
+    else
+      named_barrier_sync(barrier, kThreads);
+  };
   constexpr float kScale = (D == 64 ? 0.125f : 0.08838834764831845f) * kLog2e;  // log2(e) / sqrt(D)
 
   Plan const p = plan_of<Z>(task, rt);
   if (p.qlen <= 0 || p.t0 >= p.t1) return;
-  int const y = task.grid_idx[1], z = task.grid_idx[2], x = task.grid_idx[0];
-  int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
+  int const z = task.grid_idx[2], x = task.grid_idx[0];
+  int const warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   T const *in = task.input<T const>(0);
   T const *q_norm = task.input<T const>(1);
   T const *k_norm = task.input<T const>(2);
   T const *cos_tab = task.input<T const>(3);
   T const *sin_tab = task.input<T const>(4);
-  T *k_cache = task.output<T>(0);
-  T *v_cache = task.output<T>(1);
-  T *out = task.output<T>(2);
+  T *k_cache = task.output<T>(0) + head_in_box * D;  // the boxes start at the task's first kv head
+  T *v_cache = task.output<T>(1) + head_in_box * D;
+  T *out = task.output<T>(2) + head_in_box * G * D;
   float const eps = task.scalar_f(0);
-  unsigned char *smem = dynamic_smem;
   unsigned char *q_smem = smem;  // one m-tile of q rows per m-tile in flight
   unsigned char *kv_smem = smem + S::kQBytes;
   float *scratch = reinterpret_cast<float *>(kv_smem);
@@ -253,8 +264,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   int const rows = (p.t1 - p.t0) * G;
   int const mtiles = (rows + 15) / 16;
   int mw = 1;  // m-tiles at a time: a power of two; the warps of one m-tile split its keys
-  while (mw * 2 <= mtiles && mw * 2 <= kWorkerWarps) mw *= 2;
-  int const ks_count = kWorkerWarps / mw, my_m = warp / ks_count, my_ks = warp % ks_count;
+  while (mw * 2 <= mtiles && mw * 2 <= kWarps) mw *= 2;
+  int const ks_count = kWarps / mw, my_m = warp / ks_count, my_ks = warp % ks_count;
   bool const empty_keys = p.kb >= p.ke;
 
   for (int pass = 0; pass < mtiles && !empty_keys; pass += mw) {
@@ -268,10 +279,10 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       unsigned char *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
       if (i < num_tiles) {
         // Thread: 16 bytes (chunk c) of every kRowStride-th row; the rows' page lookups go out together.
-        constexpr int kRowStride = kWorkerThreads / KC;
-        int const c = threadIdx.x % KC;
+        constexpr int kRowStride = kThreads / KC;
+        int const c = tid % KC;
 #pragma unroll
-        for (int r = threadIdx.x / KC; r < kTileKeys; r += kRowStride) {
+        for (int r = tid / KC; r < kTileKeys; r += kRowStride) {
           int const pos = k0 + r;
           bool const valid = pos < ke, from_input = valid && pos >= p.in0 && pos < p.in1;  // those rows: below
           int64_t offset = 0;
@@ -284,8 +295,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       }
       cp_async_commit();
       int const lo = max(k0, p.in0), hi = min(min(k0 + kTileKeys, ke), p.in1);
-      int const kw = (warp + kWorkerWarps / 2) % kWorkerWarps;  // not warp 0 first: it prepares q rows
-      for (int base = lo + kw * kRowBatch; base < hi; base += kWorkerWarps * kRowBatch) {
+      int const kw = (warp + kWarps / 2) % kWarps;  // not warp 0 first: it prepares q rows
+      for (int base = lo + kw * kRowBatch; base < hi; base += kWarps * kRowBatch) {
         norm_rope_rows<T, D, kRowBatch>(
             [&](int r) { return base + r < hi ? in_row(base + r - p.step, H + y) : nullptr; },
             [&](int r) { return base + r; },
@@ -313,8 +324,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
     rt.mark(kPhaseRequested);
 
     if (pass == 0) {  // 1. append this task's new keys and values, last warps first (the first prepare q rows)
-      int const aw = kWorkerWarps - 1 - warp;
-      for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += kWorkerWarps * kRowBatch) {
+      int const aw = kWarps - 1 - warp;
+      for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += kWarps * kRowBatch) {
         float v[kRowBatch][E];  // the values' loads go out with the keys'
 #pragma unroll
         for (int r = 0; r < kRowBatch; ++r)
@@ -355,7 +366,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       for (int r = my_ks; r < 16; r += ks_count)  // rows past the task's: zeros
         if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
     }
-    __syncthreads();  // the q rows, and the append for every thread's cp.async
+    sync();  // the q rows, and the append for every thread's cp.async
     rt.mark(kPhaseQ);
     uint32_t qa[D / 16][4];
     if (active) {
@@ -379,7 +390,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
 
     for (int i = 0; i < num_tiles; ++i) {
       cp_async_wait_group<kStages - 1>();
-      __syncthreads();
+      sync();
       unsigned char const *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
       for (int chunk = my_ks; active && chunk < kTileKeys / 16; chunk += ks_count) {
         int const kr = chunk * 16, key0 = p.kb + i * kTileKeys + kr;
@@ -443,7 +454,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
           }
         }
       }
-      __syncthreads();  // buffer i % kStages is free
+      sync();  // buffer i % kStages is free
       if (i + kStages < num_tiles)
         issue(i + kStages);
       else
@@ -473,8 +484,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
         my_ml[16 + g] = l_run[0], my_ml[16 + g + 8] = l_run[1];
       }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < mw * 16 * KC; idx += kWorkerThreads) {
+    sync();
+    for (int idx = tid; idx < mw * 16 * KC; idx += kThreads) {
       int const mi = idx / (16 * KC), r = idx / KC % 16, c = idx % KC, row = (pass + mi) * 16 + r;
       if (row >= rows) continue;
       float mx = -INFINITY;
@@ -510,7 +521,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
         if (c == 0) part[D] = l > 0.f ? mx + log2f(l) : -INFINITY;
       }
     }
-    __syncthreads();  // the scratch is the next pass's tiles
+    sync();  // the scratch is the next pass's tiles
     rt.mark(kPhaseRows);
   }
 
@@ -525,9 +536,9 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       return parts + ((static_cast<int64_t>(cap * H_KV + y) * G + head) * Z + zz) * (D + kWorkspacePad);
     };
     if (empty_keys)  // nothing to contribute: say so
-      for (int row = threadIdx.x; row < rows; row += kWorkerThreads) part_of(p.t0 + row / G, row % G, z)[D] = -INFINITY;
-    __syncthreads();
-    if (threadIdx.x == 0) {
+      for (int row = tid; row < rows; row += kThreads) part_of(p.t0 + row / G, row % G, z)[D] = -INFINITY;
+    sync();
+    if (tid == 0) {
       // Count this split done on a word of launch id (32 bits) | iteration (16) | count (16). A word
       // of another tag, or with a full count, is stale (an earlier iteration, a fresh workspace).
       // One atomicAdd counts the split when the word is current: the Z splits finish together, and
@@ -556,7 +567,7 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       if (last) __threadfence();
       *last_flag = last;
     }
-    __syncthreads();
+    sync();
     rt.mark(kPhaseCounted);
     if (!*last_flag) return;
     // P threads per (row, 16-byte chunk) when a decode's rows leave threads idle: each merges every
@@ -570,8 +581,8 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
       // before). An empty split (lse -inf) weighs 0 and its stale values are never multiplied.
       constexpr int kGroup = kPer < 8 ? kPer : 8;
       int const total = rows * KC * P;
-      for (int base = 0; base < total; base += kWorkerThreads) {  // whole warps: the shuffles below
-        int const idx = min(base + static_cast<int>(threadIdx.x), total - 1), q = idx % P;
+      for (int base = 0; base < total; base += kThreads) {  // whole warps: the shuffles below
+        int const idx = min(base + static_cast<int>(tid), total - 1), q = idx % P;
         int const row = idx / P / KC, c = idx / P % KC, token = row / G, head = row % G;
         float m = -INFINITY, acc[8] = {}, wsum = 0.f;
         for (int i0 = 0; i0 < kPer; i0 += kGroup) {
@@ -610,20 +621,42 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
         float const inv = wsum > 0.f ? 1.f / wsum : 0.f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] *= inv;
-        if (q == 0 && base + static_cast<int>(threadIdx.x) < total)
+        if (q == 0 && base + static_cast<int>(tid) < total)
           store16(out + static_cast<int64_t>(p.q0 + token) * OUT_STRIDE + head * D + c * 8, acc);
       }
     };
     // Threads per chunk: what a one-token decode's rows leave, at most one per split, a power of two
     // (at most 32 with D >= 64: the P threads of a chunk stay within a warp, for the shuffles).
-    constexpr int kSpare = kWorkerThreads / (G * KC);
+    constexpr int kSpare = kThreads / (G * KC);
     static_assert(kSpare <= kWarpSize, "paged_attention: the merger's threads of a chunk must fit a warp");
     constexpr int kP = floor_pow2(kSpare < Z ? kSpare : Z);
-    if (rows * KC * kP <= kWorkerThreads)
+    if (rows * KC * kP <= kThreads)
       merge(std::integral_constant<int, kP>{});
     else
       merge(std::integral_constant<int, 1>{});
   }
+}
+
+}  // namespace attn
+
+// HP: kv heads per task (H_KV / grid y), 1 or 2. Two run at once, one on each half of the warps.
+template <typename T, int D, int G, int H_KV, int Z, int HP>
+constexpr unsigned paged_attention_smem_bytes() {
+  return HP * attn::Smem<T, D, kWorkerWarps / HP>::kBytes;
+}
+
+template <typename T, int D, int G, int H_KV, int Z, int HP>
+__device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime const &rt) {
+  using namespace attn;
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
+  static_assert(D == 64 || D == 128, "paged_attention: head_dim 64 or 128");
+  static_assert(G >= 1 && G <= 16 && 16 % G == 0, "paged_attention: 1, 2, 4, 8 or 16 q heads per kv head");
+  static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits");
+  static_assert((HP == 1 || HP == 2) && H_KV % HP == 0, "paged_attention: 1 or 2 kv heads per task");
+  constexpr int W = kWorkerWarps / HP;
+  int const half = threadIdx.x / (W * kWarpSize);  // 0 when HP = 1
+  stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1] * HP + half, half, threadIdx.x % (W * kWarpSize), 1 + half,
+                              dynamic_smem + half * Smem<T, D, W>::kBytes);
 }
 
 }  // namespace tasks

@@ -32,9 +32,10 @@ def load(targs: list, arch: str, race: bool) -> host_runner.HostModule:
     return host_runner.load(source, arch, "paged_attention_host", race_check=race)
 
 
-def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, shuffle=False, seed=0, race=False):
+def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, pairs=False, shuffle=False, seed=0, race=False):
     """Every task of one layer over a batch of (prompt, history) requests, in a shuffled order; the
-    output, caches and meta, and the reference's BatchResult."""
+    output, caches and meta, and the reference's BatchResult. pairs: grid y = kv_heads / 2 (two kv
+    heads a task, on the two halves of the warps)."""
     torch.manual_seed(seed)
     first = [p - h if p > h else 1 for p, h in requests]
     tokens, slots = sum(first) + 2, len(requests) + 1  # an idle row and an unused slot
@@ -68,12 +69,14 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
                m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"], output=out)  # fmt: skip
     ws = torch.zeros(max(4, workspace_floats(tokens, slots, heads, kv_heads, d, splits)), dtype=torch.float32)
     meta_struct, batch_struct = abi.meta_struct(m), abi.batch_struct(batch)
-    tasks = [(a, b, c) for a in range(slots) for b in range(kv_heads) for c in range(splits)]
+    per_task = 2 if pairs else 1
+    tasks = [(a, b, c) for a in range(slots) for b in range(kv_heads // per_task) for c in range(splits)]
     random.Random(seed).shuffle(tasks)
     e = x.element_size()
     for i, (a, b, c) in enumerate(tasks):
         ins = [x.data_ptr(), q_norm.data_ptr(), k_norm.data_ptr(), cos.data_ptr(), sin.data_ptr()]
-        outs = [k_cache.data_ptr() + b * d * e, v_cache.data_ptr() + b * d * e, out.data_ptr() + b * group * d * e]
+        first = b * per_task  # the task's first kv head: where its output boxes start
+        outs = [k_cache.data_ptr() + first * d * e, v_cache.data_ptr() + first * d * e, out.data_ptr() + first * group * d * e]
         desc = host_runner.task_desc(
             0, ins + ([ws.data_ptr()] if splits > 1 else []), outs, [{"f": 1e-6}], task_id=i, grid_idx=(a, b, c)
         )
@@ -91,28 +94,41 @@ def check(out, k_cache, v_cache, want) -> None:
 
 
 CONFIGS = {
-    # name: (arch, head_dim, group, kv_heads, splits, page_size, requests, shuffled pages)
-    "prefill_and_decode": ("sm90", 64, 4, 1, 1, 16, ((20, 0), (1, 40), (9, 3)), False),
-    "split_keys_and_tokens": ("sm80", 64, 4, 1, 3, 16, ((1, 150), (40, 0), (5, 30)), True),
-    "d128_gqa2_pages8": ("sm90", 128, 2, 2, 2, 8, ((3, 60), (18, 0)), False),
-    "mha_pages1": ("sm80", 64, 1, 2, 1, 1, ((12, 0), (1, 9)), True),
+    # name: (arch, head_dim, group, kv_heads, splits, page_size, requests, shuffled pages, pairs)
+    "prefill_and_decode": ("sm90", 64, 4, 1, 1, 16, ((20, 0), (1, 40), (9, 3)), False, False),
+    "split_keys_and_tokens": ("sm80", 64, 4, 1, 3, 16, ((1, 150), (40, 0), (5, 30)), True, False),
+    "d128_gqa2_pages8": ("sm90", 128, 2, 2, 2, 8, ((3, 60), (18, 0)), False, False),
+    "mha_pages1": ("sm80", 64, 1, 2, 1, 1, ((12, 0), (1, 9)), True, False),
     # 11 new tokens x 4 heads: 3 m-tiles, taken 2 then 1, so the first pass ends its keys before the
     # last new key: the new keys a pass reads from the input stop at its causal end
-    "chunk_in_two_passes": ("sm90", 64, 4, 1, 1, 16, ((14, 3), (1, 20)), False),
+    "chunk_in_two_passes": ("sm90", 64, 4, 1, 1, 16, ((14, 3), (1, 20)), False, False),
     # 8 warps, head_dim 128: decodes of several 128-key tiles a split, of one, of part of one; a
     # decode of 501 keys next to a 2 m-tile chunk
-    "d128_long_decodes_split": ("sm90", 128, 4, 2, 2, 16, ((1, 700), (1, 129), (1, 64)), True),
-    "d128_gqa8_decode_and_chunk": ("sm90", 128, 8, 1, 1, 32, ((1, 500), (3, 200)), False),
+    "d128_long_decodes_split": ("sm90", 128, 4, 2, 2, 16, ((1, 700), (1, 129), (1, 64)), True, False),
+    "d128_gqa8_decode_and_chunk": ("sm90", 128, 8, 1, 1, 32, ((1, 500), (3, 200)), False, False),
+    # two kv heads a task: halves of 4 warps (sm90) and of 2 (sm80), each its own stream; decodes
+    # of several tiles, split keys merged by each half, a prefill split by tokens, a chunk
+    "pairs_d128_decodes": ("sm90", 128, 4, 4, 1, 16, ((1, 300), (1, 64), (5, 40)), True, True),
+    "pairs_d128_split_keys_and_tokens": ("sm90", 128, 4, 2, 3, 16, ((1, 500), (30, 0)), False, True),
+    "pairs_sm80_d64_split": ("sm80", 64, 2, 2, 2, 8, ((1, 90), (12, 5), (1, 7)), True, True),
 }
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_body_on_the_host(name):
-    arch, d, group, kv_heads, splits, page_size, requests, shuffle = CONFIGS[name]
-    module = load(["__nv_bfloat16", d, group, kv_heads, splits], arch, race=False)
+    arch, d, group, kv_heads, splits, page_size, requests, shuffle, pairs = CONFIGS[name]
+    module = load(["__nv_bfloat16", d, group, kv_heads, splits, 2 if pairs else 1], arch, race=False)
     check(
         *run_layer(
-            module, requests, head_dim=d, group=group, kv_heads=kv_heads, splits=splits, page_size=page_size, shuffle=shuffle
+            module,
+            requests,
+            head_dim=d,
+            group=group,
+            kv_heads=kv_heads,
+            splits=splits,
+            page_size=page_size,
+            pairs=pairs,
+            shuffle=shuffle,
         )
     )
 
@@ -120,13 +136,22 @@ def test_body_on_the_host(name):
 def test_no_race_in_the_body():
     """Decode with split keys and a prefill split by tokens, every task's threads interleaved at
     random: the race checker finds nothing (shared memory tiles, the merge scratch)."""
-    module = load(["__nv_bfloat16", 64, 4, 1, 2], "sm80", race=True)
+    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=True)
     check(*run_layer(module, ((1, 40), (20, 4)), head_dim=64, group=4, kv_heads=1, splits=2, page_size=16, race=True))
 
 
 def test_no_race_at_eight_warps():
     """The sm90 thread count (8 warps, head_dim 128): decode splits of two tiles and of one, and a
     4 m-tile chunk, threads interleaved at random: the race checker finds nothing."""
-    module = load(["__nv_bfloat16", 128, 4, 1, 2], "sm90", race=True)
+    module = load(["__nv_bfloat16", 128, 4, 1, 2, 1], "sm90", race=True)
     requests = ((1, 300), (1, 40), (16, 4))
     check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=1, splits=2, page_size=16, race=True))
+
+
+def test_no_race_between_the_halves_of_a_pair():
+    """Two kv heads a task at 8 warps: each half streams, merges its splits and counts on its own
+    named barrier and shared memory; threads of both halves interleaved at random, the race checker
+    finds nothing (a shared scratch or a barrier id the halves shared would be reported)."""
+    module = load(["__nv_bfloat16", 128, 4, 2, 2, 2], "sm90", race=True)
+    requests = ((1, 200), (1, 30), (12, 4))
+    check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=2, splits=2, page_size=16, pairs=True, race=True))

@@ -5,7 +5,8 @@ KV cache whose history is filled at the pages the runtime will assign, and the g
 A request (prompt, history) with history < prompt prefills the rest of its prompt (as much as the
 token budget allows); with history >= prompt it decodes one token. ``tokens`` (0: just enough) is
 max_num_batched_tokens, ``slots`` (0: one per request) max_num_batched_requests, ``splits`` grid z,
-``qk_scale`` the magnitude of the new tokens' q and k heads (v stays at 1).
+``pairs`` grid y = kv_heads / 2 (two kv heads a task), ``qk_scale`` the magnitude of the new tokens'
+q and k heads (v stays at 1).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ DEFAULTS = {
     "head_dim": 128,
     "page_size": 16,
     "splits": 1,
+    "pairs": False,
     "shuffle_pages": False,
     "dtype": "bf16",
     "tokens": 0,
@@ -133,7 +135,11 @@ class AttentionScene(SceneTestCase):
             cos_pos_embed=t.cos_pos_embed,
             sin_pos_embed=t.sin_pos_embed,
             output=t.output,
-            grid_dim=(pk.params.max_num_batched_requests, params["kv_heads"], params["splits"]),
+            grid_dim=(
+                pk.params.max_num_batched_requests,
+                params["kv_heads"] // 2 if params["pairs"] else params["kv_heads"],
+                params["splits"],
+            ),
             block_dim=pk.block_dim,
         )
 

@@ -90,6 +90,18 @@ class TestGQA(AttentionScene):
 
 
 @scene_test(layer="paged_attention")
+class TestKvHeadPairs(AttentionScene):
+    """Grid y = kv_heads / 2: each task runs two kv heads at once on the two halves of the worker's
+    warps; decodes over history, a mix split over grid z (each half merges its own splits), MHA."""
+
+    CASES = [
+        case("decode_b4", requests=((37, 37), (64, 64), (15, 15), (300, 300)), pairs=True),
+        case("mixed_split4", requests=TestMixed.REQUESTS, splits=4, pairs=True),
+        case("g1_d64_shuffled", requests=((12, 0), (1, 40)), heads=4, kv_heads=4, head_dim=64, shuffle_pages=True, pairs=True),
+    ]
+
+
+@scene_test(layer="paged_attention")
 class TestSmallQK(AttentionScene):
     """q and k heads of magnitude ~1e-4 (a prefill and a decode over history): eps (1e-6) of their
     RMSNorm then outweighs mean(x^2), so where it sits shows; the build of TestGQA::g4."""
