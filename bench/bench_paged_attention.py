@@ -34,7 +34,7 @@ rope_tables = find_reference("rope_tables", layer="paged_attention")
 
 H, HKV, D, PAGE = 32, 8, 128, 64
 # (B, S, grid z, kv heads a task: 2 is grid y = HKV / 2, the two halves of the warps streaming at once)
-DECODE = [(1, 8192, 16, 1), (8, 1024, 2, 1), (8, 8192, 4, 2), (32, 4096, 1, 2), (64, 2048, 1, 2)]
+DECODE = [(1, 8192, 16, 1), (8, 1024, 2, 1), (8, 8192, 2, 1), (32, 4096, 1, 2), (64, 2048, 1, 2)]
 PREFILL = (4096, 128)  # tokens, grid z: each task 32 new tokens of one kv head, 128 rows, one pass
 BF = torch.bfloat16
 

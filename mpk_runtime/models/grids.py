@@ -6,7 +6,7 @@ sizes: each wants at least one task per worker so that every SM streams its shar
 whole 8-row groups (the linear body's fast path). Attention splits each request's keys over grid z
 until requests x kv heads x z covers the workers; with at least 1.5 (request, kv head) streams per
 worker it gives each task two kv heads instead (two streams per SM: 8-12% faster at B 32 x 4096 and
-B 64 x 2048 on an H200, docs/PERFORMANCE.md).
+B 64 x 2048 on an H200, even on an H100; docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
