@@ -118,19 +118,8 @@ CONFIGS = {
 def test_body_on_the_host(name):
     arch, d, group, kv_heads, splits, page_size, requests, shuffle, pairs = CONFIGS[name]
     module = load(["__nv_bfloat16", d, group, kv_heads, splits, 2 if pairs else 1], arch, race=False)
-    check(
-        *run_layer(
-            module,
-            requests,
-            head_dim=d,
-            group=group,
-            kv_heads=kv_heads,
-            splits=splits,
-            page_size=page_size,
-            pairs=pairs,
-            shuffle=shuffle,
-        )
-    )
+    shape = dict(head_dim=d, group=group, kv_heads=kv_heads, splits=splits, page_size=page_size)
+    check(*run_layer(module, requests, **shape, pairs=pairs, shuffle=shuffle))
 
 
 def test_no_race_in_the_body():
