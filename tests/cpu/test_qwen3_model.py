@@ -169,6 +169,17 @@ def test_moe_down_sums_the_experts_at_decode_batches(batch_tokens, down):
         assert layers["moe_w2_mul_sum_add"].grid[0] == min(8, c.hidden_size // 16)  # of 8 workers
 
 
+@pytest.mark.parametrize("requests, grid_y", [(2, 2), (8, 1)])
+def test_attention_pairs_kv_heads_when_streams_outnumber_the_workers(requests, grid_y):
+    """2 kv heads on 8 workers: 2 requests are 4 (request, kv head) streams, one kv head a task (and
+    splits); 8 requests are 16 streams, at least 1.5 a worker, so each task takes both kv heads."""
+    c = Qwen3Config(**TINY)
+    pk = mpk.PersistentKernel(**kernel_params(90, prompts=[[i + 1] for i in range(requests)]))
+    build_qwen3(pk, c, random_state_dict(c))
+    attention = [layer for layer in pk._graph.layers if layer.spec.name == "paged_attention"]
+    assert len(attention) == c.num_hidden_layers and {layer.grid[1] for layer in attention} == {grid_y}
+
+
 def test_reference_matches_transformers_qwen3():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
