@@ -654,9 +654,13 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits");
   static_assert((HP == 1 || HP == 2) && H_KV % HP == 0, "paged_attention: 1 or 2 kv heads per task");
   constexpr int W = kWorkerWarps / HP;
-  int const half = threadIdx.x / (W * kWarpSize);  // 0 when HP = 1
-  stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1] * HP + half, half, threadIdx.x % (W * kWarpSize), 1 + half,
-                              dynamic_smem + half * Smem<T, D, W>::kBytes);
+  if constexpr (HP == 1) {  // constants where it can: runtime values here cost registers (a spill at Z = 16)
+    stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1], 0, threadIdx.x, 0, dynamic_smem);
+  } else {
+    int const half = threadIdx.x / (W * kWarpSize);
+    stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1] * HP + half, half, threadIdx.x % (W * kWarpSize), 1 + half,
+                                dynamic_smem + half * Smem<T, D, W>::kBytes);
+  }
 }
 
 }  // namespace tasks
