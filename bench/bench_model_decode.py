@@ -84,7 +84,7 @@ def decode_kernel(sd: dict, batch: int, new_tokens: int, arch: str, overrides: d
         **extra,
     )
     pk = layer_bench.kernel(**params)
-    g = dataclasses.replace(grid_plan.plan(CONFIG, pk.params.num_workers, batch, batch), **overrides)
+    g = dataclasses.replace(grid_plan.plan(CONFIG, pk.params.num_workers, batch, batch, pk.block_dim[0]), **overrides)
     build_qwen3(pk, CONFIG, sd, grids=g)
     pk.compile()
     return pk, g

@@ -5,7 +5,7 @@ The weight-streaming layers (the projections and the lm head) are memory bound a
 sizes: each wants at least one task per worker so that every SM streams its share, with slices of
 whole 8-row groups (the linear body's fast path). Attention splits each request's keys over grid z
 until requests x kv heads x z covers the workers; with at least 1.5 (request, kv head) streams per
-worker it gives each task two kv heads instead (two streams per SM: 8-12% faster at B 32 x 4096 and
+worker (of 8 warps) it gives each task two kv heads instead (two streams per SM: 8-12% faster at B 32 x 4096 and
 B 64 x 2048 on an H200, even on an H100; docs/PERFORMANCE.md).
 """
 
@@ -53,14 +53,16 @@ def tasks_for(rows: int, target: int, group: int = ROW_GROUP) -> int:
     return above[0] if above else divisors[-1]
 
 
-def plan(c: Qwen3Config, num_workers: int, max_tokens: int, max_requests: int) -> Qwen3Grids:
-    """Grids for ``num_workers`` workers and a batch of ``max_tokens`` rows in ``max_requests`` slots."""
+def plan(c: Qwen3Config, num_workers: int, max_tokens: int, max_requests: int, worker_threads: int = 256) -> Qwen3Grids:
+    """Grids for ``num_workers`` workers of ``worker_threads`` threads (``pk.block_dim[0]``) and a batch of
+    ``max_tokens`` rows in ``max_requests`` slots."""
     if num_workers < 1:
         raise ConfigError(f"plan grids: num_workers={num_workers} must be >= 1")
     w = num_workers
     streams = max_requests * c.num_key_value_heads
     splits = max(1, min(MAX_ATTENTION_SPLITS, w // streams))
-    pairs = c.num_key_value_heads % 2 == 0 and 2 * streams >= 3 * w
+    # Halves of 4 warps are the measured shape; the 4-warp (sm80) build's halves of 2 were never timed.
+    pairs = worker_threads >= 256 and c.num_key_value_heads % 2 == 0 and 2 * streams >= 3 * w
     return Qwen3Grids(
         embed=tasks_for(c.hidden_size, 8, group=ROW_GROUP),
         qkv=tasks_for(c.q_size + 2 * c.kv_size, w),

@@ -77,7 +77,9 @@ def build_qwen3(
             f"build_qwen3: max_num_batched_requests={p.max_num_batched_requests} exceeds max_num_batched_tokens="
             f"{p.max_num_batched_tokens}; each request in a batch needs at least one token row"
         )
-    g = grids or grid_plan.plan(config, p.num_workers, p.max_num_batched_tokens, p.max_num_batched_requests)
+    g = grids or grid_plan.plan(
+        config, p.num_workers, p.max_num_batched_tokens, p.max_num_batched_requests, worker_threads=pk.block_dim[0]
+    )
     return _Builder(pk, config, weights, g).build()
 
 

@@ -117,6 +117,7 @@ def test_grids_divide_the_shapes():
     # 32 x 8 (request, kv head) streams on 132 workers: one task per two kv heads, no split
     assert (plan(c, 132, 32, 32).attention_splits, plan(c, 132, 32, 32).attention_kv_heads_per_task) == (1, 2)
     assert plan(c, 132, 16, 16).attention_kv_heads_per_task == 1  # 128 streams: one a worker
+    assert plan(c, 132, 32, 32, worker_threads=128).attention_kv_heads_per_task == 1  # no halves of 2 warps
 
 
 # The batches of tests/scenes/qwen3_model's two scenes (4 prompts in 8-token batches; 2 prompts in
@@ -169,12 +170,13 @@ def test_moe_down_sums_the_experts_at_decode_batches(batch_tokens, down):
         assert layers["moe_w2_mul_sum_add"].grid[0] == min(8, c.hidden_size // 16)  # of 8 workers
 
 
-@pytest.mark.parametrize("requests, grid_y", [(2, 2), (8, 1)])
-def test_attention_pairs_kv_heads_when_streams_outnumber_the_workers(requests, grid_y):
+@pytest.mark.parametrize("cc, requests, grid_y", [(90, 2, 2), (90, 8, 1), (80, 8, 2)])
+def test_attention_pairs_kv_heads_when_streams_outnumber_the_workers(cc, requests, grid_y):
     """2 kv heads on 8 workers: 2 requests are 4 (request, kv head) streams, one kv head a task (and
-    splits); 8 requests are 16 streams, at least 1.5 a worker, so each task takes both kv heads."""
+    splits); 8 requests are 16 streams, at least 1.5 a worker, so each task takes both kv heads, but
+    not in the 4-warp sm80 build (halves of 2 warps)."""
     c = Qwen3Config(**TINY)
-    pk = mpk.PersistentKernel(**kernel_params(90, prompts=[[i + 1] for i in range(requests)]))
+    pk = mpk.PersistentKernel(**kernel_params(cc, prompts=[[i + 1] for i in range(requests)]))
     build_qwen3(pk, c, random_state_dict(c))
     attention = [layer for layer in pk._graph.layers if layer.spec.name == "paged_attention"]
     assert len(attention) == c.num_hidden_layers and {layer.grid[1] for layer in attention} == {grid_y}
