@@ -635,7 +635,7 @@ void named_barrier(Site site, int id, int threads) {
   if (id < 1 || id >= kNamedBarriers)
     abort_block(prefix("invalid barrier") + describe_thread(t.tid) + " waits at named barrier " + std::to_string(id) +
                 " at " + where(site) + ": the ids are 1 to " + std::to_string(kNamedBarriers - 1) +
-                " (0 is __syncthreads()')");
+                " (0 is __syncthreads())");
   if (threads < 32 || threads % 32 || threads > n)
     abort_block(prefix("invalid barrier") + describe_thread(t.tid) + " waits at named barrier " + std::to_string(id) +
                 " at " + where(site) + " for " + std::to_string(threads) +

@@ -228,7 +228,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
   constexpr int E = D / 32, NT = D / 8, KC = D / 8;  // elements per lane; PV n-tiles; 16-byte chunks per row
   using S = Smem<T, D, W>;
-  constexpr int kTileKeys = S::kTileKeys, kStages = S::kStages, kWarps = W, kThreads = W * kWarpSize;
+  constexpr int kTileKeys = S::kTileKeys, kStages = S::kStages, kThreads = W * kWarpSize;
   auto sync = [barrier] {
     if constexpr (W == kWorkerWarps)
       __syncthreads();
@@ -264,8 +264,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   int const rows = (p.t1 - p.t0) * G;
   int const mtiles = (rows + 15) / 16;
   int mw = 1;  // m-tiles at a time: a power of two; the warps of one m-tile split its keys
-  while (mw * 2 <= mtiles && mw * 2 <= kWarps) mw *= 2;
-  int const ks_count = kWarps / mw, my_m = warp / ks_count, my_ks = warp % ks_count;
+  while (mw * 2 <= mtiles && mw * 2 <= W) mw *= 2;
+  int const ks_count = W / mw, my_m = warp / ks_count, my_ks = warp % ks_count;
   bool const empty_keys = p.kb >= p.ke;
 
   for (int pass = 0; pass < mtiles && !empty_keys; pass += mw) {
@@ -295,8 +295,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       }
       cp_async_commit();
       int const lo = max(k0, p.in0), hi = min(min(k0 + kTileKeys, ke), p.in1);
-      int const kw = (warp + kWarps / 2) % kWarps;  // not warp 0 first: it prepares q rows
-      for (int base = lo + kw * kRowBatch; base < hi; base += kWarps * kRowBatch) {
+      int const kw = (warp + W / 2) % W;  // not warp 0 first: it prepares q rows
+      for (int base = lo + kw * kRowBatch; base < hi; base += W * kRowBatch) {
         norm_rope_rows<T, D, kRowBatch>(
             [&](int r) { return base + r < hi ? in_row(base + r - p.step, H + y) : nullptr; },
             [&](int r) { return base + r; },
@@ -324,8 +324,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     rt.mark(kPhaseRequested);
 
     if (pass == 0) {  // 1. append this task's new keys and values, last warps first (the first prepare q rows)
-      int const aw = kWarps - 1 - warp;
-      for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += kWarps * kRowBatch) {
+      int const aw = W - 1 - warp;
+      for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += W * kRowBatch) {
         float v[kRowBatch][E];  // the values' loads go out with the keys'
 #pragma unroll
         for (int r = 0; r < kRowBatch; ++r)

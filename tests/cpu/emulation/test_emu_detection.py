@@ -221,7 +221,7 @@ def test_named_barrier_of_half_warps(kernels):
 
 
 INVALID_NAMED = {
-    0: "waits at named barrier 0 at {at}: the ids are 1 to 15 (0 is __syncthreads()')",
+    0: "waits at named barrier 0 at {at}: the ids are 1 to 15 (0 is __syncthreads())",
     1: "waits at named barrier 1 at {at} for 48 threads: a multiple of 32 (whole warps), at most the block's 128",
 }
 
