@@ -107,19 +107,10 @@ def measure(
     return Result(name, (many - one) / (copies - 1), torch_us, nbytes, copy_tbps)
 
 
-def measure_latency(
-    name: str,
-    build: Callable[[mpk.PersistentKernel, int], None],
-    torch_op: Callable[[int], None],
-    nbytes: int,
-    copies: int,
-    copy_tbps: float,
-    launches: int = 20,
-    **params,
-) -> Result:
-    """For layers too small to difference (their copies would run side by side): the profiler's
-    span of one copy inside the megakernel (its first task's begin to its last task's end),
-    median over launches, against the torch op."""
+def span_us(build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params) -> float:
+    """One copy's latency inside the megakernel: the profiler's span of a launch that holds copy 0
+    alone (its first task's begin to its last task's end, so without the launch's fixed cost),
+    median over launches."""
     import csv
     import tempfile
 
@@ -134,6 +125,28 @@ def measure_latency(
         rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
         spans.append((max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3)
     pk.finalize()
+    return statistics.median(spans)
+
+
+def side_by_side(tasks: int, workers: int) -> int:
+    """How many independent copies of a layer of `tasks` tasks the workers run at once. From 2 on,
+    measure's (T(n) - T(1)) / (n - 1) is a throughput (copies overlap), not one copy's latency."""
+    return max(1, workers // max(1, tasks))
+
+
+def measure_latency(
+    name: str,
+    build: Callable[[mpk.PersistentKernel, int], None],
+    torch_op: Callable[[int], None],
+    nbytes: int,
+    copies: int,
+    copy_tbps: float,
+    launches: int = 20,
+    **params,
+) -> Result:
+    """For layers too small to difference (their copies would run side by side): span_us of one
+    copy, against the torch op."""
+    us = span_us(build, launches, **params)
     k = [0]
 
     def rotate():
@@ -141,4 +154,4 @@ def measure_latency(
         k[0] += 1
 
     torch_us = timing.time_us(rotate, reps=100, warmup=10)
-    return Result(name, statistics.median(spans), torch_us, nbytes, copy_tbps)
+    return Result(name, us, torch_us, nbytes, copy_tbps)
