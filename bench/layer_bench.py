@@ -97,14 +97,18 @@ def measure(
 ) -> Result:
     one = launch_us(build, 1, **params)
     many = launch_us(build, copies, **params)
+    return Result(name, (many - one) / (copies - 1), torch_rotation_us(torch_op, copies), nbytes, copy_tbps)
+
+
+def torch_rotation_us(torch_op: Callable[[int], None], copies: int) -> float:
+    """The torch op's time per call, run over the `copies` tensor sets in rotation."""
     k = [0]
 
     def rotate():
         torch_op(k[0] % copies)
         k[0] += 1
 
-    torch_us = timing.time_us(rotate, reps=100, warmup=10)
-    return Result(name, (many - one) / (copies - 1), torch_us, nbytes, copy_tbps)
+    return timing.time_us(rotate, reps=100, warmup=10)
 
 
 def span_us(build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params) -> float:
@@ -146,12 +150,4 @@ def measure_latency(
 ) -> Result:
     """For layers too small to difference (their copies would run side by side): span_us of one
     copy, against the torch op."""
-    us = span_us(build, launches, **params)
-    k = [0]
-
-    def rotate():
-        torch_op(k[0] % copies)
-        k[0] += 1
-
-    torch_us = timing.time_us(rotate, reps=100, warmup=10)
-    return Result(name, us, torch_us, nbytes, copy_tbps)
+    return Result(name, span_us(build, launches, **params), torch_rotation_us(torch_op, copies), nbytes, copy_tbps)
