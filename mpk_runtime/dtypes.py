@@ -32,6 +32,8 @@ SHORT_NAMES: tuple[str, ...] = tuple(_BY_SHORT)
 
 def lookup(dtype: torch.dtype) -> DType:
     """The runtime's description of a torch dtype; DTypeError for one it cannot carry."""
+    if not isinstance(dtype, torch.dtype):
+        raise DTypeError(f"dtype={dtype!r} is not a torch.dtype; pass one such as torch.bfloat16")
     try:
         return _BY_TORCH[dtype]
     except KeyError:

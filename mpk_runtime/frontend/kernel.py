@@ -12,7 +12,7 @@ import torch
 
 from ..build import artifacts, replay
 from ..build.cache import BuildResult
-from ..errors import StateError
+from ..errors import ConfigError, StateError
 from ..graph import CompiledGraph, TaskGraph
 from ..run import gpu
 from ..run.emulator import EmulatedKernel
@@ -161,8 +161,10 @@ class PersistentKernel(TensorDeclarations):
 
     def observe_iterations(self, callback) -> None:
         """Emulated: ``callback(iteration, requests of the batch slots)`` after every iteration of a launch."""
+        if self._compiled is None:
+            raise StateError("observe_iterations(): call compile() first")
         if not isinstance(self._runner, EmulatedKernel):
-            raise StateError(f"observe_iterations(): needs a compiled emulated kernel; this one is {self.backend}")
+            raise StateError(f"observe_iterations(): needs an emulated kernel (emulate=True); this one is {self.backend}")
         self._runner.observer = callback
 
     def compile_task_bodies(self):
@@ -194,9 +196,14 @@ class PersistentKernel(TensorDeclarations):
     def synchronize(self, timeout: float | None = None) -> None:
         """Wait for every launch; raise the first error one of them ended with (WatchdogError for a
         hang the device watchdog stopped). With ``timeout`` (seconds), a KernelError if a launch is
-        still running then."""
-        if self._runner is None:
-            return  # compile-only kernels never run
+        still running then. Before compile(), after finalize() and for a compile-only kernel nothing
+        can be running: it returns at once."""
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < float("inf")
+        ):
+            raise ConfigError(f"synchronize(): timeout={timeout!r} must be a number of seconds >= 0, or None to wait for ever")
+        if self._runner is None or self._finalized:
+            return
         self._runner.harvest(timeout_ms=-1 if timeout is None else int(timeout * 1000))
         if self._profile_pending:
             self.write_profile()

@@ -3,6 +3,8 @@ checks every layer call gets before anything is added to the graph."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any
 
 from ..errors import BlockDimError, StateError
@@ -46,6 +48,16 @@ def add_layer(
     graph.add_layer(spec, grid, args, values)
 
 
+def _nearest(kwargs: dict[str, Any], sig: inspect.Signature) -> str:
+    """A hint for the first keyword the signature does not have ("; did you mean 'x'?"), else ""."""
+    known = [n for n in sig.parameters if n != "self"]
+    for key in kwargs:
+        if key not in sig.parameters:
+            near = difflib.get_close_matches(key, known, n=1)
+            return f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join(known)}"
+    return ""
+
+
 def bind_layer_methods(cls: type) -> None:
     """Give ``cls`` (PersistentKernel) a ``<task>_layer`` method per registered task, now and for
     tasks registered later; each has the spec's signature and docstring, for help() and editors."""
@@ -57,7 +69,7 @@ def bind_layer_methods(cls: type) -> None:
             try:
                 bound = sig.bind(self, *args, **kwargs)
             except TypeError as e:
-                raise TypeError(f"{spec.layer_method}(): {e}") from None
+                raise TypeError(f"{spec.layer_method}(): {e}{_nearest(kwargs, sig)}") from None
             bound.apply_defaults()
             kw = dict(bound.arguments)
             kw.pop("self")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import memory
+from .. import dtypes, memory
 from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
 from ..errors import ArityError, GraphError, GridError
 from ..tasks.partition import GRID_AXES, Arg, SliceInfo
@@ -72,20 +72,19 @@ class TaskGraph:
     # -- tensors ---------------------------------------------------------------------------------
     def add_tensor(self, data: torch.Tensor, name: str, kind: str) -> DTensor:
         check_new_tensor(data, name, self.tensors)
+        t = DTensor(name, data, kind, self.id, len(self.tensors))  # its checks first: a refused tensor leaves no trace
         self._memory.add(data, name)
-        t = DTensor(name, data, kind, self.id, len(self.tensors))
         self.tensors[name] = t
         return t
 
     def add_intermediate(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, device: torch.device) -> DTensor:
-        _check_dims(dims, name, "new_tensor")
-        memory.check([memory.tensor_need(f"new_tensor {name!r}", dims, dtype)], device, "new_tensor", "use smaller dims")
+        _check_declared(dims, dtype, name, "new_tensor", device)
         return self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device=device), name, "intermediate")
 
-    def add_comm(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, world_size: int) -> DTensor:
+    def add_comm(self, dims: tuple[int, ...], dtype: torch.dtype, name: str, world_size: int, device: torch.device) -> DTensor:
         """A tensor in the communication heap (see run/transport.py): a placeholder until compile()
         allocates the heap, where the other ranks can reach it."""
-        _check_dims(dims, name, "new_comm_tensor")
+        _check_declared(dims, dtype, name, "new_comm_tensor", device)
         t = self.add_tensor(torch.empty(tuple(dims), dtype=dtype, device="meta"), name, "comm")
         t.comm_world_size = world_size
         return t
@@ -112,7 +111,16 @@ class TaskGraph:
     def add_shuffled(self, inputs: list[Any], shuffled_dim: int, num_groups: int, name: str) -> DTensor:
         """A derived tensor interleaving ``inputs`` (tensors of this graph) in groups (shuffle.py),
         computed now and recorded so that replays recompute it."""
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise GraphError(f"shuffle_tensors(): inputs={inputs!r} must be a non-empty list of tensors, e.g. [gate, up]")
         owned = [self.own(t, f"inputs[{i}]", "shuffle_tensors()") for i, t in enumerate(inputs)]
+        for i, t in enumerate(owned):
+            if t.kind not in ("attached", "derived"):
+                raise GraphError(
+                    f"shuffle_tensors(): inputs[{i}] {t!r} is a runtime-owned {t.kind} tensor, whose data a layer "
+                    f"writes at run time; shuffle_tensors computes its result now, from its inputs' current data. "
+                    f"Shuffle attached tensors (pk.attach_input), e.g. weights"
+                )
         t = self.add_tensor(shuffle([t.data for t in owned], shuffled_dim, num_groups), name, "derived")
         t.derived_from = {
             "op": "shuffle_tensors",
@@ -172,6 +180,7 @@ class TaskGraph:
             task.deps = self._order.prune(self._hazards.add(task.id, *blocks))
             self.tasks.append(task)
         layer.num_tasks = len(self.tasks) - layer.first_task
+        _check_in_place(layer)
         self._order.end_layer()
         for name in {a.tensor.name for a in args if a.writes}:  # the slices of a partition tile the tensor
             self._hazards.rewritten(name, layer.first_task)
@@ -190,9 +199,31 @@ class TaskGraph:
         return out
 
 
-def _check_dims(dims: object, name: str, what: str) -> None:
+def _check_declared(dims: object, dtype: object, name: str, what: str, device: torch.device) -> None:
+    """GraphError / DTypeError / MemoryBudgetError for a runtime-owned tensor the runtime cannot make."""
     if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
         raise GraphError(f"{what} {name!r}: dims={dims!r} must be positive integers")
+    dtypes.lookup(dtype)  # type: ignore[arg-type]
+    memory.check([memory.tensor_need(f"{what} {name!r}", dims, dtype)], device, what, "use smaller dims")
+
+
+def _check_in_place(layer: Layer) -> None:
+    """GraphError for a layer that reads a tensor it also writes, unless the spec says that output
+    may overwrite that input (TaskSpec.in_place): its tasks would read elements that other tasks, or
+    they themselves, have already overwritten."""
+    spec = layer.spec
+    for o in layer.args:
+        if not o.writes:
+            continue
+        for a in layer.args:
+            if a.writes or a.tensor is not o.tensor or spec.allows_in_place(o.name, a.name):
+                continue
+            allowed = [f"{out} = {inp}" for out, inp in spec.in_place.items()]
+            raise GraphError(
+                f"{layer.name}: {spec.name} writes {o.tensor!r} as {o.name!r} while its tasks read it as {a.name!r}, so "
+                f"they would read values already overwritten; pass a new tensor as {o.name} (pk.new_tensor(...)). "
+                + (f"In place {spec.name} allows only {', '.join(allowed)}" if allowed else f"{spec.name} cannot run in place")
+            )
 
 
 def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg]) -> None:

@@ -119,6 +119,11 @@ def check_new_tensor(data: object, name: object, known: dict[str, DTensor]) -> N
         )
     if data.dim() == 0:
         raise GraphError(f"tensor {name!r} is a 0-d scalar; attach it as shape (1,) with tensor.reshape(1)")
+    if data.numel() == 0:
+        raise GraphError(
+            f"tensor {name!r} has shape {tuple(data.shape)}, no elements: a layer splits its tensors into "
+            f"tasks of at least one element; give every dim a size of at least 1"
+        )
 
 
 class MemoryIndex:

@@ -13,6 +13,7 @@ class LinearWithResidual(Linear):
     name = "linear_with_residual"
     residual = True
     inputs = {"input": whole(), "weight": split(x=0), "residual": split(x=1)}
+    in_place = {"output": "residual"}  # a task adds its own columns of the residual, then writes them
     token_dims = {"input": 0, "residual": 0, "output": 0}
     reference = "linear_with_residual"
     doc = """output = input @ weight.T + residual, accumulated in fp32 and rounded once. residual and

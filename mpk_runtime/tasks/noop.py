@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from .. import archs
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, GraphError, ShapeError
 from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, split
 
 PARTITION = split(x=0)
@@ -28,10 +28,16 @@ class Noop(TaskSpec):
     test can check on the device that each task ran after its producers."""
 
     def bind(self, kwargs: dict[str, Any]) -> tuple[list[Arg], dict[str, Any]]:
+        for key in ("inputs", "outputs"):
+            if not isinstance(kwargs[key], (list, tuple)):
+                raise GraphError(f"noop_layer(): {key}={kwargs[key]!r} must be a list of tensors, e.g. {key}=[t]")
         ins, outs = list(kwargs.pop("inputs")), list(kwargs.pop("outputs"))
         args = [Arg(f"inputs[{i}]", t, PARTITION, False) for i, t in enumerate(ins)]
         args += [Arg(f"outputs[{i}]", t, PARTITION, True) for i, t in enumerate(outs)]
         return args, kwargs
+
+    def allows_in_place(self, output: str, input: str) -> bool:
+        return True  # one partition for every slice, and a task reads its inputs before it writes
 
     def signature(self):
         import inspect

@@ -63,6 +63,12 @@ def register_task(cls: type[TaskSpec]) -> type[TaskSpec]:
     for arch, header in spec.headers.items():
         if not (resources.CSRC_TASKS / header).is_file():
             raise GraphError(f"{where}: header {header!r} for {arch} not found under {resources.CSRC_TASKS}")
+    for out, inp in spec.in_place.items():
+        if out not in spec.outputs or inp not in spec.inputs or spec.outputs[out] != spec.inputs[inp]:
+            raise GraphError(
+                f"{where}: in_place {out!r} -> {inp!r} must pair an output with an input of the same partition "
+                f"(outputs: {', '.join(spec.outputs)}; inputs: {', '.join(spec.inputs)})"
+            )
     _REGISTRY[spec.name] = spec
     _renumber()
     for callback in _ON_REGISTER:

@@ -69,6 +69,10 @@ class TaskSpec:
     # Names of the phases the body marks with Runtime::mark(k) (phase k ends at mark k), and one more
     # for the time after its last mark; a profiled launch shows them inside each task's slice.
     phases: ClassVar[tuple[str, ...]] = ()
+    # Outputs that may be the same tensor as an input (output name -> input name), because each task
+    # reads those elements of the input before it writes them and no other task reads them (e.g. a
+    # residual added in place). Every other input an output overlaps is refused when the layer is added.
+    in_place: ClassVar[dict[str, str]] = {}
 
     opcode: int = 0  # assigned by the registry
 
@@ -79,6 +83,11 @@ class TaskSpec:
         args = [Arg(n, kwargs.pop(n), p, False) for n, p in self.inputs.items()]
         args += [Arg(n, kwargs.pop(n), p, True) for n, p in self.outputs.items()]
         return args, kwargs
+
+    def allows_in_place(self, output: str, input: str) -> bool:
+        """Whether argument ``output`` may be the same tensor as argument ``input`` (see in_place;
+        variadic tasks, whose argument names are made per call, override this)."""
+        return self.in_place.get(output) == input
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         """Raise ShapeError / DTypeError for arguments the task cannot handle."""

@@ -1,0 +1,190 @@
+"""Declaring tensors and wiring layers: what the runtime refuses, and why. A layer may not read a
+tensor it overwrites unless its task says it can run in place; a tensor the runtime cannot make or
+keep is refused by the call that declares it, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cpu_helpers import graph_of, rmsnorm_tensors
+
+from mpk_runtime.errors import ConfigError, DTypeError, GraphError, MemoryBudgetError, StateError
+from mpk_runtime.tasks.partition import split
+from mpk_runtime.tasks.registry import register_task
+from mpk_runtime.tasks.spec import TaskSpec
+
+
+def linear_tensors(pk, batch: int = 16, features: int = 64):
+    x = pk.attach_input(torch.zeros(batch, features, dtype=torch.bfloat16), name="x")
+    w = pk.attach_input(torch.zeros(features, features, dtype=torch.bfloat16), name="w")
+    return x, w
+
+
+def test_a_linear_cannot_overwrite_its_input(make_pk):
+    pk = make_pk()
+    x, w = linear_tensors(pk)
+    with pytest.raises(
+        GraphError,
+        match=r"linear_0: linear writes DTensor\('x'.*\) as 'output' while its tasks read it as 'input', so they "
+        r"would read values already overwritten; pass a new tensor as output \(pk\.new_tensor\(\.\.\.\)\)\. "
+        r"linear cannot run in place",
+    ):
+        pk.linear_layer(input=x, weight=w, output=x, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    assert graph_of(pk).layers == []
+
+
+def test_one_task_cannot_overwrite_its_input_either(make_pk):
+    pk = make_pk()
+    x, w = linear_tensors(pk)
+    with pytest.raises(GraphError, match=r"linear cannot run in place"):
+        pk.linear_layer(input=x, weight=w, output=x, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
+def test_a_residual_added_in_place_is_allowed_and_other_pairs_named(make_pk):
+    pk = make_pk()
+    x, w = linear_tensors(pk)
+    r = pk.attach_input(torch.zeros(16, 64, dtype=torch.bfloat16), name="r")
+    pk.linear_with_residual_layer(input=x, weight=w, residual=r, output=r, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    with pytest.raises(
+        GraphError,
+        match=r"writes DTensor\('x'.*\) as 'output' while its tasks read it as 'input'.*"
+        r"In place linear_with_residual allows only output = residual",
+    ):
+        pk.linear_with_residual_layer(input=x, weight=w, residual=r, output=x, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+
+
+def test_rmsnorm_in_place_is_allowed(make_pk):
+    pk = make_pk()
+    x, w, _ = rmsnorm_tensors(pk, batch=16, hidden=64)
+    pk.rmsnorm_layer(input=x, weight=w, output=x, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    assert len(graph_of(pk).tasks) == 4
+
+
+def test_a_spec_whose_in_place_pairs_differ_in_partition_is_refused():
+    class BadInPlace(TaskSpec):
+        name = "bad_in_place_probe"
+        inputs = {"input": split(x=0)}
+        outputs = {"output": split(x=1)}
+        in_place = {"output": "input"}
+        headers = {"sm80": "common/noop.cuh"}
+        function = "mpk::tasks::noop"
+
+    with pytest.raises(GraphError, match=r"in_place 'output' -> 'input' must pair an output with an input of the same partition"):
+        register_task(BadInPlace)
+
+
+def test_a_tensor_without_elements(make_pk):
+    with pytest.raises(GraphError, match=r"tensor 'x' has shape \(0, 256\), no elements.*give every dim a size of at least 1"):
+        make_pk().attach_input(torch.zeros(0, 256), name="x")
+
+
+def test_a_refused_attachment_leaves_no_trace(make_pk):
+    pk = make_pk()
+    data = torch.zeros(8, dtype=torch.float64)
+    with pytest.raises(DTypeError, match=r"dtype torch\.float64 is not supported"):
+        pk.attach_input(data, name="x")
+    # neither its memory nor its name is taken
+    pk.attach_input(data.view(torch.int64), name="x")
+    assert list(graph_of(pk).tensors) == ["x"]
+
+
+@pytest.mark.parametrize("method", ["new_tensor", "new_comm_tensor"])
+def test_a_dtype_given_as_a_string(make_pk, method):
+    with pytest.raises(DTypeError, match=r"dtype='bfloat16' is not a torch\.dtype; pass one such as torch\.bfloat16"):
+        getattr(make_pk(), method)((4, 4), "bfloat16", "t")
+
+
+def test_a_communication_tensor_over_the_memory_budget(make_pk, monkeypatch):
+    monkeypatch.setenv("MPK_MEMORY_LIMIT", "1M")
+    pk = make_pk(90, compile_only=False, emulate=True)
+    with pytest.raises(
+        MemoryBudgetError,
+        match=r"new_comm_tensor: new_comm_tensor 'c' \(bf16 \[1024, 1024\]\) needs 2 MiB of host memory, more than the "
+        r"1 MiB set by MPK_MEMORY_LIMIT; use smaller dims",
+    ):
+        pk.new_comm_tensor((1024, 1024), torch.bfloat16, "c")
+
+
+def test_shuffle_needs_a_list(make_pk):
+    pk = make_pk()
+    a = pk.attach_input(torch.zeros(16, 8), name="a")
+    with pytest.raises(GraphError, match=r"shuffle_tensors\(\): inputs=DTensor\('a'.*\) must be a non-empty list of tensors"):
+        pk.shuffle_tensors(a, 0, 2, "s")
+
+
+@pytest.mark.parametrize(("declare", "kind"), [("new_tensor", "intermediate"), ("new_comm_tensor", "comm")])
+def test_shuffle_of_a_tensor_a_layer_writes_at_run_time(make_pk, declare, kind):
+    pk = make_pk()
+    a = getattr(pk, declare)((16, 8), torch.float32, "a")
+    b = pk.attach_input(torch.zeros(16, 8), name="b")
+    with pytest.raises(
+        GraphError,
+        match=rf"shuffle_tensors\(\): inputs\[0\] DTensor\('a'.*\) is a runtime-owned {kind} tensor.*"
+        r"Shuffle attached tensors \(pk\.attach_input\)",
+    ):
+        pk.shuffle_tensors([a, b], 0, 2, "s")
+
+
+@pytest.mark.parametrize("key", ["inputs", "outputs"])
+def test_noop_needs_lists(make_pk, key):
+    pk = make_pk()
+    a = pk.attach_input(torch.zeros(8, dtype=torch.int32), name="a")
+    b = pk.attach_input(torch.zeros(8, dtype=torch.int32), name="b")
+    args = {"inputs": [a], "outputs": [b], key: a if key == "inputs" else b}
+    with pytest.raises(GraphError, match=rf"noop_layer\(\): {key}=DTensor\(.*\) must be a list of tensors"):
+        pk.noop_layer(**args, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+
+
+def test_a_misspelt_layer_argument_gets_the_nearest_name(make_pk):
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk, batch=16, hidden=64)
+    with pytest.raises(TypeError, match=r"rmsnorm_layer\(\): got an unexpected keyword argument 'epsilon'; did you mean 'eps'\?"):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, epsilon=1e-5, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+
+
+@pytest.fixture
+def compiled(make_pk, noop_build):
+    """A compile-only noop kernel for sm80 (its build is the session's noop_build, from the cache)."""
+    pk = make_pk()
+    a = pk.attach_input(torch.zeros(2, dtype=torch.int32), name="a")
+    b = pk.attach_input(torch.zeros(2, dtype=torch.int32), name="b")
+    pk.noop_layer([a], [b], grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    pk.compile()
+    return pk
+
+
+@pytest.mark.parametrize(
+    ("method", "args"),
+    [
+        ("attach_input", (torch.zeros(4), "late")),
+        ("new_tensor", ((4,), torch.float32, "late")),
+        ("new_comm_tensor", ((4,), torch.float32, "late")),
+        ("shuffle_tensors", ([], 0, 1, "late")),
+    ],
+)
+def test_no_tensor_is_declared_after_compile(compiled, method, args):
+    with pytest.raises(StateError, match=rf"{method}\(\): the kernel is already compiled, so no layer can use a new tensor"):
+        getattr(compiled, method)(*args)
+    assert "late" not in graph_of(compiled).tensors
+
+
+def test_observe_iterations_before_compile(make_pk):
+    with pytest.raises(StateError, match=r"observe_iterations\(\): call compile\(\) first"):
+        make_pk(90, compile_only=False, emulate=True).observe_iterations(lambda i, r: None)
+
+
+def test_observe_iterations_of_a_kernel_that_is_not_emulated(compiled):
+    with pytest.raises(StateError, match=r"needs an emulated kernel \(emulate=True\); this one is compile-only"):
+        compiled.observe_iterations(lambda i, r: None)
+
+
+@pytest.mark.parametrize("timeout", ["5", -1, True, float("inf"), float("nan")])
+def test_synchronize_timeout_must_be_seconds(make_pk, timeout):
+    with pytest.raises(ConfigError, match=r"synchronize\(\): timeout=.* must be a number of seconds >= 0, or None"):
+        make_pk().synchronize(timeout=timeout)
+
+
+def test_synchronize_with_nothing_running_returns(compiled):
+    compiled.synchronize(timeout=0.5)
+    compiled.finalize()
+    compiled.synchronize()
