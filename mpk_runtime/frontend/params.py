@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ OPTIONAL: dict[str, Any] = {
 }
 
 MODES = ("offline",)
+INT64 = (-(2**63), 2**63 - 1)  # eos_token_id is an int64 on the device
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,20 @@ def _positive_int(name: str, v: Any, limit: int = 2**31 - 1) -> int:
     return v
 
 
+def check_names(what: str, given: Iterable[str], known: Collection[str]) -> None:
+    """A ConfigError for the first name of ``given`` that is not in ``known``, with the closest known one."""
+    for key in given:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known parameters: {', '.join(sorted(known))}"
+            raise ConfigError(f"unknown {what} parameter {key!r}{hint}")
+
+
+def names() -> list[str]:
+    """Every init parameter PersistentKernel accepts."""
+    return [*DEFAULTS, *OPTIONAL]
+
+
 def defaults() -> dict[str, Any]:
     """DEFAULTS, with world_size and mpi_rank from MPI.COMM_WORLD when this process was started by
     mpirun (with mpi4py importable)."""
@@ -98,13 +114,8 @@ def defaults() -> dict[str, Any]:
 
 
 def parse(params: dict[str, Any]) -> KernelParams:
-    known = {**defaults(), **OPTIONAL}
-    for key in params:
-        if key not in known:
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known parameters: {', '.join(sorted(known))}"
-            raise ConfigError(f"unknown PersistentKernel parameter {key!r}{hint}")
-    p = {**known, **params}
+    check_names("PersistentKernel", params, names())
+    p = {**defaults(), **OPTIONAL, **params}
 
     if p["mode"] not in MODES:
         raise ConfigError(f"mode={p['mode']!r} is not supported; use mode='offline'")
@@ -122,8 +133,12 @@ def parse(params: dict[str, Any]) -> KernelParams:
     rank = p["mpi_rank"]
     if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < p["world_size"]:
         raise ConfigError(f"mpi_rank={rank!r} must be in [0, world_size={p['world_size']})")
-    if not isinstance(p["eos_token_id"], int) or isinstance(p["eos_token_id"], bool):
-        raise ConfigError(f"eos_token_id={p['eos_token_id']!r} must be an integer (-1: no end-of-sequence token)")
+    eos = p["eos_token_id"]
+    if not isinstance(eos, int) or isinstance(eos, bool) or not INT64[0] <= eos <= INT64[1]:
+        raise ConfigError(
+            f"eos_token_id={eos!r} must be an integer (-1: no end-of-sequence token) in [-2**63, 2**63 - 1]: "
+            f"token ids are int64 on the device"
+        )
     for name in ("test_mode", "compile_only", "emulate_check", "warp_jitter"):
         if not isinstance(p[name], bool):
             raise ConfigError(f"{name}={p[name]!r} must be True or False")

@@ -11,10 +11,11 @@ graph, from a config and a Hugging Face-named state_dict, and greedy decoding wi
 
 from __future__ import annotations
 
-from .config import PRESETS, Qwen3Config, expected_weights, random_state_dict
+from .config import PRESETS, Qwen3Config, expected_weights
 from .generate import Qwen3Generator, generation_params
 from .grids import Qwen3Grids
 from .qwen3 import Qwen3Graph, build_qwen3
+from .random_weights import random_state_dict
 
 __all__ = [
     "PRESETS",

@@ -9,17 +9,32 @@ missing or unknown weight, ShapeError / DTypeError for a weight of the wrong sha
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 import torch
 
 from ..errors import ConfigError, DTypeError, ShapeError, WeightError
+from ..frontend.params import check_names
 
 HEAD_DIMS = (64, 128)  # what the paged_attention layer supports
 GROUP_SIZES = (1, 2, 4, 8, 16)
 DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_finite_number(v: Any) -> bool:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 # Model shapes by name, as Qwen3Config keyword arguments: Qwen3Config(**PRESETS["tiny"], num_experts=8, ...).
@@ -71,6 +86,11 @@ class Qwen3Config:
     moe_intermediate_size: int = 0
     dtype: torch.dtype = torch.bfloat16
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Qwen3Config:
+        # Before the dataclass's __init__, which would raise a plain TypeError without the near name.
+        check_names("Qwen3Config", kwargs, [f.name for f in fields(cls)])
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         for name in (
             "hidden_size",
@@ -82,8 +102,14 @@ class Qwen3Config:
             "vocab_size",
         ):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not _is_int(v) or v < 1:
                 raise ConfigError(f"Qwen3Config: {name}={v!r} must be a positive integer")
+        for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 0:
+                raise ConfigError(f"Qwen3Config: {name}={v!r} must be an integer >= 0 (0: a dense MLP)")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(f"Qwen3Config: tie_word_embeddings={self.tie_word_embeddings!r} must be True or False")
         if self.head_dim not in HEAD_DIMS:
             raise ConfigError(
                 f"Qwen3Config: head_dim={self.head_dim} is not supported by paged attention; use one of {HEAD_DIMS}"
@@ -94,10 +120,10 @@ class Qwen3Config:
                 f"Qwen3Config: num_attention_heads={heads} over num_key_value_heads={kv}: the q heads per kv head "
                 f"must be one of {GROUP_SIZES}; choose num_key_value_heads dividing num_attention_heads"
             )
-        if not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 1:
-            raise ConfigError(f"Qwen3Config: rope_theta={self.rope_theta!r} must be a number > 1 (Qwen3: 1e6)")
-        if not isinstance(self.rms_norm_eps, (int, float)) or not self.rms_norm_eps > 0:
-            raise ConfigError(f"Qwen3Config: rms_norm_eps={self.rms_norm_eps!r} must be a positive number (Qwen3: 1e-6)")
+        if not is_finite_number(self.rope_theta) or not self.rope_theta > 1:
+            raise ConfigError(f"Qwen3Config: rope_theta={self.rope_theta!r} must be a number > 1, finite (Qwen3: 1e6)")
+        if not is_finite_number(self.rms_norm_eps) or not self.rms_norm_eps > 0:
+            raise ConfigError(f"Qwen3Config: rms_norm_eps={self.rms_norm_eps!r} must be a positive number, finite (Qwen3: 1e-6)")
         if self.dtype not in DTYPES:
             raise ConfigError(f"Qwen3Config: dtype={self.dtype} is not supported; use torch.bfloat16 or torch.float16")
         if self.num_experts:
@@ -148,6 +174,9 @@ class Qwen3Config:
                 )
         known = {f.name for f in fields(cls)} - {"dtype"}
         args = {k: d[k] for k in known if d.get(k) is not None}
+        missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in {**args, **overrides}]
+        if missing:
+            raise ConfigError(f"Qwen3Config.from_hf: the config has no {', '.join(missing)}; is it a Qwen3 model's config?")
         return cls(**{**args, **overrides})
 
 
@@ -213,6 +242,12 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
     per-expert MoE weights are stacked (``fuse_experts``)."""
     if not isinstance(state_dict, dict):
         raise WeightError(f"state_dict must be a dict of name -> torch.Tensor, got {type(state_dict).__name__}")
+    odd = [k for k in state_dict if not isinstance(k, str)]
+    if odd:
+        raise WeightError(
+            f"state_dict key {odd[0]!r} ({type(odd[0]).__name__}) is not a weight name; keys are Hugging Face names such as "
+            f"'model.norm.weight'"
+        )
     if c.is_moe:
         state_dict = fuse_experts(c, state_dict)
     want = expected_weights(c)
@@ -252,37 +287,3 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
             raise DTypeError(f"state_dict[{name!r}] is {t.dtype}; the model runs in {c.dtype}: pass t.to({c.dtype})")
         out[name] = t
     return out
-
-
-def random_state_dict(
-    c: Qwen3Config, seed: int = 0, residual_scale: float = 0.5, lm_head_peak: float = 0.0
-) -> dict[str, torch.Tensor]:
-    """Random weights (seeded, on the CPU) in Hugging Face naming. Projections are scaled so that
-    every layer adds about ``residual_scale`` times the norm of the embedding to the residual stream,
-    and norm weights are near 1: activations stay of order 1 through any number of layers.
-
-    ``lm_head_peak`` > 0 (untied heads): ``lm_head.weight`` = (peak * embed[perm] + noise) / sqrt(hidden)
-    for a random permutation ``perm``, so the logit of token perm^-1(t) stands out where the residual
-    stream still points along embed[t]: greedy decoding then has clear winners, far from bf16 ties,
-    for tests that compare generated tokens (larger ``residual_scale`` lets the context decide more)."""
-    g = torch.Generator().manual_seed(seed)
-    layers = max(1, c.num_hidden_layers)
-
-    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=g) * scale).to(c.dtype)
-
-    sd = {}
-    for name, shape in expected_weights(c).items():
-        if len(shape) == 1:
-            sd[name] = (1 + 0.1 * torch.randn(*shape, generator=g)).to(c.dtype)
-        elif name.endswith(("o_proj.weight", "down_proj.weight", "down_proj")):
-            sd[name] = randn(*shape, scale=residual_scale / (shape[-1] ** 0.5 * layers**0.5))
-        else:
-            sd[name] = randn(*shape, scale=1 / shape[-1] ** 0.5)
-    embed = torch.randn(c.vocab_size, c.hidden_size, generator=g)
-    sd["model.embed_tokens.weight"] = embed.to(c.dtype)
-    if lm_head_peak and not c.tie_word_embeddings:
-        perm = torch.randperm(c.vocab_size, generator=g)
-        noise = torch.randn(c.vocab_size, c.hidden_size, generator=g)
-        sd["lm_head.weight"] = ((lm_head_peak * embed[perm] + noise) / c.hidden_size**0.5).to(c.dtype)
-    return sd

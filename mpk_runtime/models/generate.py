@@ -8,6 +8,7 @@ sampled ``eos_token_id``). All requests run at once: each gets the KV pages of a
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,48 +22,117 @@ from .qwen3 import Qwen3Graph, build_qwen3
 
 DEFAULT_PAGE_SIZE = 16
 DEFAULT_MAX_BATCH_TOKENS = 16  # one 16-row mma tile: decode steps stream the weights at full speed
+INT32_MAX = 2**31 - 1  # the kernel's sizes are int32 on the device
+INT64_MAX = 2**63 - 1  # token ids are int64
 
 
 def generation_params(
-    prompts: Sequence[Sequence[int]],
+    prompts: Sequence[Sequence[int]] | torch.Tensor,
     max_new_tokens: int,
     device: torch.device | str = "cpu",
     page_size: int = DEFAULT_PAGE_SIZE,
     max_batch_tokens: int | None = None,
+    vocab_size: int | None = None,
 ) -> dict[str, Any]:
     """PersistentKernel init parameters (offline mode) that decode ``prompts`` together, each until
-    its row of max(prompt lengths) + max_new_tokens tokens is full, with the meta tensors on ``device``."""
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ConfigError("generate: give at least one prompt, each of at least one token id")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"generate: max_new_tokens={max_new_tokens!r} must be a positive integer")
-    seq = max(len(p) for p in prompts) + max_new_tokens
-    tokens = torch.zeros(len(prompts), seq, dtype=torch.int64)
-    for r, p in enumerate(prompts):
-        tokens[r, : len(p)] = torch.as_tensor(list(p), dtype=torch.int64)
-    batch = max_batch_tokens or max(len(prompts), DEFAULT_MAX_BATCH_TOKENS)
-    if batch < len(prompts):
+    its row of max(prompt lengths) + max_new_tokens tokens is full, with the meta tensors on ``device``.
+
+    ``prompts``: a list of prompts, each a list (or a 1-D integer tensor) of token ids, or a 2-D
+    integer tensor with a prompt a row. Token ids are integers in [0, ``vocab_size``) (without one,
+    any int64 >= 0). ``max_batch_tokens``: the batch's rows (default: the number of prompts, at least 16)."""
+    if vocab_size is not None:
+        _count("vocab_size", vocab_size, INT64_MAX)
+    rows = _prompt_rows(prompts, vocab_size)
+    longest = max(len(p) for p in rows)
+    _count("max_new_tokens", max_new_tokens, INT32_MAX - longest)
+    _count("page_size", page_size)
+    if max_batch_tokens is None:
+        batch = max(len(rows), DEFAULT_MAX_BATCH_TOKENS)
+    else:
+        batch = _count("max_batch_tokens", max_batch_tokens)
+    if batch < len(rows):
         raise ConfigError(
-            f"generate: max_batch_tokens={batch} is less than the {len(prompts)} prompts, which decode together; "
-            f"pass max_batch_tokens >= {len(prompts)}"
+            f"generate: max_batch_tokens={batch} is less than the {len(rows)} prompts, which decode together; "
+            f"pass max_batch_tokens >= {len(rows)}"
         )
+    seq = longest + max_new_tokens
+    tokens = torch.zeros(len(rows), seq, dtype=torch.int64)
+    for r, p in enumerate(rows):
+        tokens[r, : len(p)] = torch.tensor(p, dtype=torch.int64)
     return {
         "test_mode": False,
         "max_num_batched_tokens": batch,
-        "max_num_batched_requests": len(prompts),
-        "max_num_pages": len(prompts) * -(-seq // page_size),
+        "max_num_batched_requests": len(rows),
+        "max_num_pages": len(rows) * -(-seq // page_size),
         "page_size": page_size,
         "max_seq_length": seq,
         "meta_tensors": {
             "tokens": tokens.to(device),
-            "prompt_lengths": torch.tensor([len(p) for p in prompts], dtype=torch.int32, device=device),
+            "prompt_lengths": torch.tensor([len(p) for p in rows], dtype=torch.int32, device=device),
         },
     }
 
 
+def _count(name: str, v: Any, limit: int = INT32_MAX) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= limit:
+        raise ConfigError(f"generate: {name}={v!r} must be a positive integer (at most {limit})")
+    return v
+
+
+def _integer(t: Any) -> int | None:
+    """``t`` as an int where it is one (numpy and 0-d torch integers too; no bools, no floats)."""
+    if isinstance(t, bool):
+        return None
+    try:
+        return operator.index(t)
+    except TypeError:
+        return None
+
+
+def _prompt_rows(prompts: Any, vocab_size: int | None) -> list[list[int]]:
+    """``prompts`` as lists of Python ints, each token id checked."""
+    if isinstance(prompts, torch.Tensor):
+        if prompts.dim() != 2:
+            raise ConfigError(
+                f"generate: a tensor of prompts must be 2-D (a prompt a row), got shape {tuple(prompts.shape)}; "
+                f"for one prompt pass prompts[None]"
+            )
+        prompts = prompts.tolist()
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise ConfigError(
+            f"generate: prompts={prompts!r} must be a list of prompts, each a list of token ids, or a 2-D integer "
+            f"tensor (a prompt a row)"
+        )
+    if not prompts:
+        raise ConfigError("generate: give at least one prompt, each of at least one token id")
+    top, where = (INT64_MAX + 1, "[0, 2**63)") if vocab_size is None else (vocab_size, f"the vocabulary [0, {vocab_size})")
+    rows = []
+    for r, p in enumerate(prompts):
+        if isinstance(p, torch.Tensor):
+            p = p.tolist()
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence):
+            raise ConfigError(f"generate: prompt {r} is {p!r} ({type(p).__name__}); each prompt is a list of token ids")
+        if not p:
+            raise ConfigError(f"generate: prompt {r} is empty; give at least one prompt, each of at least one token id")
+        row = []
+        for t in p:
+            i = _integer(t)
+            if i is None:
+                raise ConfigError(f"generate: prompt {r} holds token id {t!r} ({type(t).__name__}); token ids are integers")
+            if not 0 <= i < top:
+                raise ConfigError(f"generate: prompt {r} holds token id {i}, outside {where}")
+            row.append(i)
+        rows.append(row)
+    return rows
+
+
+OWN_PARAMS = ("page_size", "max_batch_tokens", "grids")  # Qwen3Generator's keywords that are no kernel parameter
+
+
 class Qwen3Generator:
     """A Qwen3 model (``config``, ``state_dict`` in Hugging Face names) compiled into one persistent
-    kernel that decodes ``prompts`` greedily, at least ``max_new_tokens`` tokens each. ``init_params``
+    kernel that decodes ``prompts`` greedily (as ``generation_params`` takes them: lists of token ids,
+    or a 2-D integer tensor), at least ``max_new_tokens`` tokens each. ``init_params``
     go to PersistentKernel (``target_cc``, ``emulate=True``, ``num_workers``, ...; on a GPU the
     workers and schedulers default to ``get_configurations_from_gpu``)."""
 
@@ -70,7 +140,7 @@ class Qwen3Generator:
         self,
         config: Qwen3Config,
         state_dict: dict[str, torch.Tensor],
-        prompts: Sequence[Sequence[int]],
+        prompts: Sequence[Sequence[int]] | torch.Tensor,
         max_new_tokens: int,
         *,
         page_size: int = DEFAULT_PAGE_SIZE,
@@ -78,21 +148,22 @@ class Qwen3Generator:
         grids: grid_plan.Qwen3Grids | None = None,
         **init_params: Any,
     ):
+        from ..frontend import params as kernel_params
         from ..frontend.kernel import PersistentKernel
-        from ..run.gpu import get_configurations_from_gpu
+        from ..run.gpu import get_configurations_from_gpu, require_gpu
 
+        kernel_params.check_names("Qwen3Generator", init_params, [*kernel_params.names(), *OWN_PARAMS])
         off_gpu = init_params.get("emulate") or init_params.get("compile_only")
+        if not off_gpu:
+            require_gpu("Qwen3Generator")
         device = torch.device("cpu") if off_gpu else torch.device("cuda", torch.cuda.current_device())
         params = PersistentKernel.get_default_init_parameters()
         if not off_gpu and "num_workers" not in init_params:
             params["num_workers"], params["num_local_schedulers"] = get_configurations_from_gpu(device.index)
-        params.update(generation_params(prompts, max_new_tokens, device, page_size, max_batch_tokens))
+        gen = generation_params(prompts, max_new_tokens, device, page_size, max_batch_tokens, config.vocab_size)
+        params.update(gen)
         params.update(init_params)
-        vocab = config.vocab_size
-        bad = [(r, t) for r, p in enumerate(prompts) for t in p if not 0 <= int(t) < vocab]
-        if bad:
-            raise ConfigError(f"generate: prompt {bad[0][0]} holds token id {bad[0][1]}, outside the vocabulary [0, {vocab})")
-        self.prompt_lengths = [len(p) for p in prompts]
+        self.prompt_lengths: list[int] = gen["meta_tensors"]["prompt_lengths"].tolist()
         self.pk = PersistentKernel(**params)
         self.graph: Qwen3Graph = build_qwen3(self.pk, config, state_dict, grids)
         self.seconds = 0.0  # wall time of the last generate()

@@ -11,13 +11,14 @@ B 64 x 2048 on an H200, even on an H100; docs/PERFORMANCE.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import ConfigError
 from .config import Qwen3Config
 
 ROW_GROUP = 8  # rows of a weight slice come in whole groups of 8 (the linear body's mma n)
 MAX_ATTENTION_SPLITS = 128  # paged_attention's grid z limit
+MOE_FIELDS = ("router", "experts")  # 0 in a dense model
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,33 @@ class Qwen3Grids:
     argmax_parts: int  # argmax_partial's vocabulary chunks
     router: int  # MoE: splits the experts
     experts: int  # MoE: tasks sharing the routed expert work
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            least = 0 if f.name in MOE_FIELDS else 1
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                zero = " (0 in a dense model)" if least == 0 else ""
+                raise ConfigError(f"Qwen3Grids: {f.name}={v!r} must be an integer >= {least}{zero}")
+        if self.attention_kv_heads_per_task not in (1, 2):
+            raise ConfigError(
+                f"Qwen3Grids: attention_kv_heads_per_task={self.attention_kv_heads_per_task} must be 1 or 2 "
+                f"(paged attention gives a task one kv head or two)"
+            )
+
+    def check(self, c: Qwen3Config) -> None:
+        """What these grids need of the model ``c``."""
+        if c.num_key_value_heads % self.attention_kv_heads_per_task:
+            raise ConfigError(
+                f"Qwen3Grids: attention_kv_heads_per_task={self.attention_kv_heads_per_task} does not divide the model's "
+                f"num_key_value_heads={c.num_key_value_heads}; use 1"
+            )
+        for name in MOE_FIELDS:
+            v = getattr(self, name)
+            if c.is_moe and v == 0:
+                raise ConfigError(f"Qwen3Grids: {name}=0 in a MoE model (num_experts={c.num_experts}); give it >= 1 tasks")
+            if not c.is_moe and v:
+                raise ConfigError(f"Qwen3Grids: {name}={v} in a dense model (num_experts=0); set it to 0")
 
 
 def tasks_for(rows: int, target: int, group: int = ROW_GROUP) -> int:

@@ -77,10 +77,17 @@ def build_qwen3(
             f"build_qwen3: max_num_batched_requests={p.max_num_batched_requests} exceeds max_num_batched_tokens="
             f"{p.max_num_batched_tokens}; each request in a batch needs at least one token row"
         )
-    g = grids or grid_plan.plan(
-        config, p.num_workers, p.max_num_batched_tokens, p.max_num_batched_requests, worker_threads=pk.block_dim[0]
-    )
-    return _Builder(pk, config, weights, g).build()
+    if grids is None:
+        grids = grid_plan.plan(
+            config, p.num_workers, p.max_num_batched_tokens, p.max_num_batched_requests, worker_threads=pk.block_dim[0]
+        )
+    if not isinstance(grids, grid_plan.Qwen3Grids):
+        raise ConfigError(
+            f"build_qwen3: grids must be a Qwen3Grids, got {type(grids).__name__} ({grids!r}); start from "
+            f"mpk_runtime.models.grids.plan(config, ...) and change a layer with dataclasses.replace(g, qkv=...)"
+        )
+    grids.check(config)
+    return _Builder(pk, config, weights, grids).build()
 
 
 class _Builder:
@@ -94,7 +101,9 @@ class _Builder:
 
     def attach(self, name: str, t: torch.Tensor | None = None) -> DTensor:
         data = self.w[name] if t is None else t
-        return self.pk.attach_input(data.to(self.pk.device).contiguous(), name)
+        if not data.is_meta:  # compile_only needs only a meta weight's shape; attach_input refuses it where the kernel runs
+            data = data.to(self.pk.device)
+        return self.pk.attach_input(data.contiguous(), name)
 
     def new(self, name: str, *dims: int, dtype: torch.dtype | None = None) -> DTensor:
         self.out.intermediates.append(name)

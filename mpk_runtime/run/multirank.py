@@ -63,6 +63,11 @@ def run_ranks(kernels: list[RankEmulatedKernel], seed: int = 0, hold: set[tuple[
     """One launch of every rank's kernel (``kernels[r]`` is rank r's), on the CPU, in place. ``hold``:
     (rank, task id) pairs whose send never happens, as if that rank's task never signalled (tests)."""
     world = len(kernels)
+    if not world:
+        raise RankError(
+            "run_emulated_ranks: no kernels given; pass every rank's compiled kernel in rank order, "
+            "[pk_rank0, ..., pk_rank{world_size - 1}]"
+        )
     for r, k in enumerate(kernels):
         if (k.rank, k.world_size) != (r, world):
             raise RankError(f"run_ranks: kernels[{r}] is rank {k.rank} of {k.world_size}; pass the {world} ranks in rank order")

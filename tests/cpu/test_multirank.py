@@ -107,6 +107,11 @@ def test_an_emulated_rank_runs_only_with_its_peers():
         mpk.run_emulated_ranks(kernels[::-1])
 
 
+def test_no_ranks_at_all_is_an_error():
+    with pytest.raises(mpk.RankError, match=r"run_emulated_ranks: no kernels given; pass every rank's compiled kernel"):
+        mpk.run_emulated_ranks([])
+
+
 def test_ranks_that_built_different_graphs_are_an_error():
     kernels = []
     for r, grid in ((0, (4, 1, 1)), (1, (2, 1, 1))):

@@ -122,6 +122,18 @@ def test_eos_token_id_must_be_an_int(eos):
         parse(eos_token_id=eos)
 
 
+@pytest.mark.parametrize("eos", [2**63, 2**64 + 5, -(2**63) - 1])
+def test_eos_token_id_must_fit_the_devices_int64(eos):
+    """ctypes would keep the low 64 bits: 2**64 + 5 would reach the device as 5."""
+    with pytest.raises(ConfigError, match=rf"eos_token_id={eos} must be an integer .* in \[-2\*\*63, 2\*\*63 - 1\]"):
+        parse(eos_token_id=eos)
+
+
+@pytest.mark.parametrize("eos", [2**63 - 1, -(2**63), -1, 0])
+def test_eos_token_id_takes_every_int64(eos):
+    assert parse(eos_token_id=eos).eos_token_id == eos
+
+
 @pytest.mark.parametrize("name", ["test_mode", "compile_only", "emulate_check", "warp_jitter"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_flags_must_be_bools(name, value):
