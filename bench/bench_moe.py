@@ -263,8 +263,8 @@ def main() -> None:
     args = ap.parse_args()
     mode = dict(routing_in_w13=args.w13 == "topk", w2_sum=args.w2 == "sum")
     batches = [int(b) for b in args.batches.split(",") if b]
-    cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
     facts = timing.device_facts()
+    cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
     copy = layer_bench.copy_bandwidth()
     prebuild(batches, cc, mode)
     layers = make_layers()

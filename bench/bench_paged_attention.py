@@ -263,8 +263,8 @@ def main() -> None:
                 parser.error(f"--decode {c}: the decode cases are {known}, each with an optional :Z:HP (HP 1 or 2)")
             decode.append((b, s, *((int(grid[0]), int(grid[1])) if grid else grids[b, s])))
     arch = args.arch
-    prebuild(arch, decode)
     facts = timing.device_facts()
+    prebuild(arch, decode)
     copy = layer_bench.copy_bandwidth()
     rows = [decode_case(b, s, z, hp, arch, copy) for b, s, z, hp in decode]
     prefill = None if args.skip_prefill else prefill_case(arch)

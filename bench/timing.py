@@ -70,6 +70,13 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
 
 
 def device_facts() -> dict:
+    """The GPU, its driver, torch and the date, for a bench's results; every GPU bench asks first,
+    so a machine without a GPU gets this message rather than one from deep inside torch."""
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            f"{Path(sys.argv[0]).name}: this benchmark times the GPU, and torch sees none (torch {torch.__version__}); "
+            f"run it where torch.cuda.is_available()"
+        )
     props = torch.cuda.get_device_properties(0)
     try:
         driver = subprocess.run(

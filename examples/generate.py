@@ -24,10 +24,17 @@ from mpk_runtime.models import PRESETS, Qwen3Config, Qwen3Generator, random_stat
 def load_checkpoint(path: Path) -> tuple[Qwen3Config, dict[str, torch.Tensor]]:
     """A Hugging Face model directory (config.json and *.safetensors) or a torch.save'd state_dict
     (.pt, with config.json beside it)."""
+    if not path.exists():
+        raise SystemExit(f"--checkpoint {path}: no such file or directory")
     directory = path if path.is_dir() else path.parent
+    if not (directory / "config.json").is_file():
+        raise SystemExit(f"--checkpoint {path}: {directory / 'config.json'} not found; a checkpoint needs its HF config.json")
     config = Qwen3Config.from_hf(json.loads((directory / "config.json").read_text()))
     if path.is_dir():
-        from safetensors.torch import load_file  # pip install safetensors
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise SystemExit(f"--checkpoint {path}: *.safetensors need the package: pip install safetensors") from None
 
         state_dict: dict[str, torch.Tensor] = {}
         for f in sorted(path.glob("*.safetensors")):

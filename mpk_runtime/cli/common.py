@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -32,6 +34,11 @@ def run(body: Callable[[], Any]) -> int:
     """Run one command: print its JSON result and return 0, or print {"error": ...} and return 2."""
     try:
         emit(body())
+    except BrokenPipeError:
+        # The reader went away (`| head`, a mistyped pipeline): nothing more can be said to it, and
+        # Python would print a traceback when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
     except (MpkError, OSError) as e:
         emit({"error": str(e)})
         return EXIT_ERROR

@@ -15,8 +15,9 @@ NUM_SCHEDULERS = 4
 def require_gpu(what: str) -> None:
     if not torch.cuda.is_available():
         raise DeviceError(
-            f"{what} needs a CUDA GPU and torch sees none (torch {torch.__version__}); for a build without "
-            f"a GPU pass compile_only=True and target_cc={archs.TARGET_CCS_TEXT}"
+            f"{what} needs a CUDA GPU and torch sees none (torch {torch.__version__}). Without a GPU: to run "
+            f"on the CPU emulator pass emulate=True, target_cc={archs.TARGET_CCS_TEXT}, num_workers=N and CPU "
+            f"tensors; to build without running, compile_only=True and target_cc"
         )
 
 

@@ -304,8 +304,8 @@ def test_module_name_of_the_rmsnorm_graph(make_pk):
 def test_running_kernel_needs_a_gpu():
     with pytest.raises(
         DeviceError,
-        match=r"PersistentKernel needs a CUDA GPU and torch sees none .*pass "
-        r"compile_only=True and target_cc=80, 90 or 100",
+        match=r"PersistentKernel needs a CUDA GPU and torch sees none .*to run on the CPU emulator pass emulate=True, "
+        r"target_cc=80, 90 or 100, num_workers=N and CPU tensors; to build without running, compile_only=True",
     ):
         mpk.PersistentKernel(**mpk.PersistentKernel.get_default_init_parameters())
 

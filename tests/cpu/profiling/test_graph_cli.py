@@ -5,6 +5,7 @@ hand-made graphs for the error paths."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -233,3 +234,16 @@ def test_console_script(compiled_graph):
     path, _ = compiled_graph
     bad = subprocess.run([str(SCRIPT), str(path), "--task", "99"], capture_output=True, text=True)
     assert bad.returncode == 2 and json.loads(bad.stdout) == {"error": "no task 99; this graph has tasks 0..7"}
+
+
+@pytest.mark.skipif(not SCRIPT.is_file(), reason=f"console script not installed beside {sys.executable} (pip install -e .)")
+def test_a_reader_that_went_away_gets_no_traceback(compiled_graph):
+    """`mpk-graph g.json | head`, or a pasted line that pipes into a command that fails at once."""
+    path, _ = compiled_graph
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE
+    try:
+        res = subprocess.run([str(SCRIPT), str(path)], stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert res.returncode == 2 and res.stderr == ""
