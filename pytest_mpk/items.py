@@ -9,20 +9,21 @@ import inspect
 import os
 import re
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import devices
-from .scene import Case, Out, SceneTestCase, scene_info
+from .scene import Case, Out, SceneError, SceneTestCase, kernel_params_of, scene_info
 from .session import BACKEND_PROPERTY
 
 
 class SceneClass(pytest.Collector):
     """A ``@scene_test`` class: validated at collection, then one item per case and arch."""
 
-    def __init__(self, *, scene_cls: type, **kwargs: Any):
+    def __init__(self, *, scene_cls: type[SceneTestCase], **kwargs: Any):
         super().__init__(**kwargs)
         self.cls = scene_cls
         self.layer = scene_info(scene_cls).layer
@@ -77,6 +78,7 @@ class SceneClass(pytest.Collector):
             raise self.CollectError(f"{where}: case names must be unique; repeated: {', '.join(dupes)}")
         if not isinstance(cls.SWEEP, dict):
             raise self.CollectError(f"{where}: SWEEP must be a dict of parameter name -> Hypothesis strategy")
+        self._check_sweep()
         defaults = cls.DEFAULTS
         if not isinstance(defaults, dict):
             raise self.CollectError(f"{where}: DEFAULTS must be a dict of parameter name -> value, got {defaults!r}")
@@ -91,12 +93,33 @@ class SceneClass(pytest.Collector):
         for c in cases:
             self._check_case_keys(c, keys, declared, defaults)
         if cases:
-            sample = {**defaults, **cases[0].params}
-            if self.world_size > 1:
-                sample = {**sample, "rank": 0, "world_size": self.world_size}
-            self._check_outputs_and_golden(scene, sample)
+            self._check_outputs_and_golden(scene, self._sample(cases[0]))
             self._check_params_read(scene, cases, defaults)
+            self._check_tolerances(scene, cases)
         return tuple(dict.fromkeys([*declared, *defaults])) or keys
+
+    def _sample(self, case: Case) -> dict[str, Any]:
+        """The params ``generate_args`` gets for ``case`` (on rank 0 of a multi-rank scene)."""
+        params = {**self.cls.DEFAULTS, **case.params}
+        return {**params, "rank": 0, "world_size": self.world_size} if self.world_size > 1 else params
+
+    def _check_sweep(self) -> None:
+        """Every value of SWEEP is a Hypothesis strategy: a list of values, say, is refused here, with
+        the strategy to write, rather than by Hypothesis when the sweep runs."""
+        if not self.cls.SWEEP:
+            return
+        from hypothesis.strategies import SearchStrategy
+
+        for k, v in self.cls.SWEEP.items():
+            if isinstance(v, SearchStrategy):
+                continue
+            if isinstance(v, (list, tuple, range)):
+                fix = f"use st.sampled_from({list(v)!r})"
+            elif callable(v):  # st.integers for st.integers(1, 64)
+                fix = f"call it: st.{getattr(v, '__name__', 'integers')}(...)"
+            else:
+                fix = f"use st.just({v!r}) for one value"
+            raise self.CollectError(f"{self.cls.__qualname__}: SWEEP[{k!r}] is {v!r}, not a Hypothesis strategy; {fix}")
 
     def _check_case_keys(self, case: Case, keys: tuple[str, ...], declared: tuple[str, ...], defaults: dict[str, Any]) -> None:
         """With PARAMS, a case gives exactly those (less the DEFAULTS). Without, a key that other cases
@@ -142,6 +165,24 @@ class SceneClass(pytest.Collector):
             except Exception:  # noqa: BLE001 - checked when the case runs (see _check_outputs_and_golden)
                 pass
 
+    def _check_tolerances(self, scene: SceneTestCase, cases: Sequence[Case]) -> None:
+        """The outputs that a case's ``tolerances`` name are outputs of the scene, for each case that
+        gives tolerances and whose generate_args runs on placeholders (else when it runs)."""
+        from .arg_names import generate_with_placeholders
+
+        for case in cases:
+            if not case.tolerances:
+                continue
+            try:
+                args = generate_with_placeholders(scene.generate_args, self._sample(case))
+            except Exception:  # noqa: BLE001 - checked when the case runs (goldens.compare_outputs)
+                continue
+            if isinstance(args, dict):
+                try:
+                    case.check_outputs(self.cls.__qualname__, [n for n, v in args.items() if isinstance(v, Out)])
+                except SceneError as e:
+                    raise self.CollectError(str(e)) from None
+
     def _check_outputs_and_golden(self, scene: SceneTestCase, params: dict[str, Any]) -> None:
         """Run generate_args with placeholder tensors (no memory, no time) to catch a scene without
         outputs, and look the default golden up, at collection rather than at run time."""
@@ -168,6 +209,12 @@ class SceneClass(pytest.Collector):
                 f"{where}: generate_args returns no Out or InOut tensor, so nothing would be compared; wrap each "
                 f"output, e.g. 'output': Out(torch.empty(...))"
             )
+        try:
+            generate_with_placeholders(functools.partial(kernel_params_of, scene), params)
+        except SceneError as e:
+            raise self.CollectError(str(e)) from None
+        except Exception:  # noqa: BLE001 - as generate_args: checked when the case runs
+            pass
         if getattr(scene, "compute_golden", None) is None and self.world_size > 1:
             raise self.CollectError(
                 f"{where}: runs on {self.world_size} ranks, so it needs compute_golden(self, args, params), where "
@@ -268,7 +315,7 @@ class _SceneItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         from mpk_runtime import MpkError
 
-        from .runner import SceneError, SceneFailure
+        from .runner import SceneFailure
 
         notes = "".join(f"\n{n}" for n in getattr(excinfo.value, "__notes__", ()))  # e.g. Hypothesis' example
         if isinstance(excinfo.value, SceneFailure):

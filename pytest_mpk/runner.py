@@ -19,7 +19,7 @@ from mpk_runtime import harness
 
 from . import compare, devices, guards, sanitize
 from .goldens import compare_outputs, golden
-from .scene import Case, Expected, InOut, Out, SceneTestCase
+from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of, shown
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
 # Modules the session's prebuild (prebuild.py) built for its cases: entry name -> the cache's note
@@ -48,10 +48,6 @@ class SceneFailure(AssertionError):
     """A case failed; the message is complete (report, artifacts, repro), no traceback needed."""
 
 
-class SceneError(TypeError):
-    """The scene itself is wrong (what generate_args returns, ...); the message says what and where."""
-
-
 def seed_of(nodeid: str) -> int:
     return zlib.crc32(nodeid.encode())
 
@@ -63,26 +59,30 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
         raise SceneError(
             f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, got {type(args).__name__}"
         )
+    where = f"{type(scene).__name__}.generate_args"
     for name, value in args.items():
         t = value.tensor if isinstance(value, Out) else value
         if not isinstance(t, torch.Tensor):
-            shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
             raise SceneError(
-                f"{type(scene).__name__}.generate_args: argument {name!r} is {shown} ({type(t).__name__}), not a "
-                f"torch.Tensor; every argument is a tensor, outputs wrapped in Out or InOut"
+                f"{where}: argument {name!r} is {shown(t)}, not a torch.Tensor; every argument is a tensor, outputs "
+                f"wrapped in Out or InOut"
             )
+        if t.is_meta:
+            raise SceneError(
+                f"{where}: argument {name!r} is a tensor on the meta device, which holds no data; generate real "
+                f"tensors, on the CPU (the harness copies them to the case's device)"
+            )
+    wrong = [n for n, v in args.items() if isinstance(v, Out) and v.meta and n not in harness.META_TENSOR_NAMES]
+    if wrong:
+        raise SceneError(
+            f"{where}: Out(..., meta=True) stands for the meta tensor of its name, but {wrong} is not one; "
+            f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
+        )
     return args
 
 
 def outputs_of(args: dict[str, Any]) -> list[str]:
-    names = [name for name, v in args.items() if isinstance(v, Out)]
-    wrong = [n for n in names if args[n].meta and n not in harness.META_TENSOR_NAMES]
-    if wrong:
-        raise TypeError(
-            f"Out(..., meta=True) stands for the meta tensor of its name, but {wrong} is not one; "
-            f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
-        )
-    return names
+    return [name for name, v in args.items() if isinstance(v, Out)]
 
 
 def base_params(arch: str, backend: str, hang_timeout: float, warp_jitter: bool = True) -> dict[str, Any]:
@@ -111,10 +111,12 @@ def base_params(arch: str, backend: str, hang_timeout: float, warp_jitter: bool 
 
 def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
     init = base_params(setup.arch, setup.backend, setup.hang_timeout, setup.warp_jitter)
-    extra = dict(scene.kernel_params(dict(params)))
-    if "meta_tensors" in extra:  # generated on the CPU, like the arguments; the kernel wants them where it runs
+    extra = dict(kernel_params_of(scene, params))
+    # Generated on the CPU, like the arguments; the kernel wants them where it runs. What is not a
+    # dict of tensors is left to the runtime, which refuses it.
+    if isinstance(extra.get("meta_tensors"), dict):
         device = "cuda" if setup.backend == devices.GPU else "cpu"
-        extra["meta_tensors"] = {k: v.to(device) for k, v in extra["meta_tensors"].items()}
+        extra["meta_tensors"] = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in extra["meta_tensors"].items()}
     init.update(extra)
     return init
 

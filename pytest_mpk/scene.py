@@ -26,6 +26,10 @@ from typing import Any
 _SCENE_ATTR = "__mpk_scene__"
 
 
+class SceneError(TypeError):
+    """The scene itself is wrong (what generate_args returns, ...); the message says what and where."""
+
+
 class Out:
     """An output argument: poisoned before the run (NaN, or the integer furthest from 0), so elements the
     kernel never writes fail the comparison; compared with the golden afterwards.
@@ -35,6 +39,7 @@ class Out:
     what the layer wrote, and it is compared like any output."""
 
     def __init__(self, tensor: Any, *, meta: bool = False):
+        check_bool(f"{type(self).__name__}(...)", "meta", meta)
         self.tensor = tensor
         self.meta = meta
 
@@ -68,10 +73,12 @@ class Expected:
 class Case:
     """One named point of a scene's parameter space.
 
-    ``archs`` limits the archs it runs on; ``rtol`` / ``atol`` override the dtype defaults for every
-    output and ``tolerances={"output": (rtol, atol)}`` for one; ``manual=True`` cases run only when
-    picked with ``--mpk-case Class::name``; ``raises="regex"``: the kernel must fail with a
-    KernelError whose message matches (a task's error on invalid meta data, say)."""
+    ``archs`` limits the archs it runs on: a tuple or list of arch names, ``archs=("sm90",)`` for one (a
+    bare string is refused, not split or taken as one arch); ``rtol`` / ``atol`` override the dtype
+    defaults for every output and ``tolerances={"output": (rtol, atol)}`` for one (each key an output
+    of the scene); ``manual=True`` cases run only when picked with ``--mpk-case Class::name``;
+    ``raises="regex"``: the kernel must fail with a KernelError whose message matches (a task's error
+    on invalid meta data, say)."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -98,9 +105,23 @@ class Case:
             raise ValueError(f"Case name {name!r} must be a non-empty string without spaces, '[', ']', ':' or '/'")
         from mpk_runtime.harness import ARCH_NAMES  # the one arch table (torch-free)
 
+        if archs is not None and not isinstance(archs, (tuple, list)):
+            example = f"({archs!r},)" if isinstance(archs, str) else "('sm90', 'sm100')"
+            raise TypeError(f"Case {name!r}: archs={archs!r} must be a tuple of arch names, e.g. archs={example}")
+        if archs is not None and not archs:
+            raise ValueError(
+                f"Case {name!r}: archs={archs!r} names no arch, so the case would never run; leave archs out to run on every arch"
+            )
         bad = [a for a in (archs or ()) if a not in ARCH_NAMES]
         if bad:
             raise ValueError(f"Case {name!r}: archs {bad} are not targets; use some of {', '.join(ARCH_NAMES)}")
+        check_bool(f"Case {name!r}", "manual", manual)
+        if isinstance(params.get("params"), dict):
+            given = ", ".join(f"{k}={v!r}" for k, v in params["params"].items())
+            raise TypeError(
+                f"Case {name!r}: params={params['params']!r} would be one parameter named 'params'; give the "
+                f"parameters as keywords: Case({name!r}, {given})"
+            )
         self.name, self.params, self.manual = name, params, manual
         if raises is not None:
             try:
@@ -120,6 +141,16 @@ class Case:
 
     def tolerance_for(self, output: str) -> tuple[float | None, float | None]:
         return self.tolerances.get(output, (self.rtol, self.atol))
+
+    def check_outputs(self, scene: str, outputs: list[str]) -> None:
+        """SceneError unless every key of ``tolerances`` is one of the ``outputs`` of ``scene``: a
+        misspelt name would otherwise leave its output at the defaults, unnoticed."""
+        unknown = [o for o in self.tolerances if o not in outputs]
+        if unknown:
+            raise SceneError(
+                f"{scene}: Case {self.name!r} has tolerances for {', '.join(map(repr, unknown))}, which "
+                f"{'is not an output' if len(unknown) == 1 else 'are not outputs'}; the outputs are {', '.join(outputs)}"
+            )
 
 
 class PerRank:
@@ -176,6 +207,12 @@ def model_batches(kernel_params: dict[str, Any]) -> Any:
     from mpk_runtime.harness import model_batches as model
 
     return (types.SimpleNamespace(**m) for m in model({"test_mode": True, **kernel_params}))
+
+
+def check_bool(where: str, label: str, value: Any) -> None:
+    """TypeError unless ``value`` is True or False: a truthy string ("no") or number would pass."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: {label}={value!r} must be True or False")
 
 
 def check_tolerance(where: str, rtol: Any, atol: Any) -> None:
@@ -241,7 +278,8 @@ class SceneTestCase:
         raise NotImplementedError
 
     def kernel_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Extra PersistentKernel init parameters for these params (e.g. max_num_batched_tokens)."""
+        """Extra PersistentKernel init parameters for these params (e.g. max_num_batched_tokens); its
+        ``meta_tensors`` are torch tensors (a list is refused, as everywhere a tensor is expected)."""
         return {}
 
     @classmethod
@@ -252,3 +290,21 @@ class SceneTestCase:
 
         module = sys.modules[module_name]
         sys.exit(pytest.main([module.__file__, "-p", "mpk", *sys.argv[1:]]))
+
+
+def kernel_params_of(scene: SceneTestCase, params: dict[str, Any]) -> dict[str, Any]:
+    """``scene.kernel_params(params)``; SceneError unless it is a dict."""
+    extra = scene.kernel_params(dict(params))
+    if not isinstance(extra, dict):
+        what = "None (is its return statement missing?)" if extra is None else shown(extra)
+        raise SceneError(
+            f"{type(scene).__name__}.kernel_params returned {what}; return a dict of PersistentKernel init "
+            f"parameters, {{}} for none"
+        )
+    return extra
+
+
+def shown(value: Any) -> str:
+    """``value`` for a message: its repr, cut to 40 characters, and its type."""
+    text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return f"{text} ({type(value).__name__})"

@@ -53,5 +53,8 @@ def test_only_a_meta_tensor_can_be_a_meta_output(pytester: pytest.Pytester) -> N
     )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    message = "TypeError: Out(..., meta=True) stands for the meta tensor of its name, but ['sampled'] is not one;"
+    message = (
+        "SceneError: TestSample.generate_args: Out(..., meta=True) stands for the meta tensor of its name, "
+        "but ['sampled'] is not one;"
+    )
     result.stdout.fnmatch_lines([f"*{glob.escape(message)}*"])

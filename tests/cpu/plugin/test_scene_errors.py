@@ -199,6 +199,68 @@ MISTAKES = {
         """,
         "E   TypeError: @scene_test decorates SceneTestCase subclasses, not <class 'test_scene.TestNorm'>",
     ),
+    "archs_a_string": (
+        """
+        CASE = Case("b2", batch=2, hidden=256, archs="sm90")
+        """,
+        "E   TypeError: Case 'b2': archs='sm90' must be a tuple of arch names, e.g. archs=('sm90',)",
+    ),
+    "tolerances_of_no_output": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256), Case("loose", batch=2, hidden=256, tolerances={"outptu": (0, 0)})]
+        """,
+        "TestNorm: Case 'loose' has tolerances for 'outptu', which is not an output; the outputs are output",
+    ),
+    "sweep_of_values": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            SWEEP = {"batch": [1, 2, 4], "hidden": st.just(256)}
+        """,
+        "TestNorm: SWEEP['batch'] is [1, 2, 4], not a Hypothesis strategy; use st.sampled_from([1, 2, 4])",
+    ),
+    "sweep_of_one_value": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            SWEEP = {"batch": st.integers(1, 4), "hidden": 256}
+        """,
+        "TestNorm: SWEEP['hidden'] is 256, not a Hypothesis strategy; use st.just(256) for one value",
+    ),
+    "sweep_of_an_uncalled_strategy": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            SWEEP = {"batch": st.integers, "hidden": st.just(256)}
+        """,
+        ("TestNorm: SWEEP['batch'] is <function integers at ", ">, not a Hypothesis strategy; call it: st.integers(...)"),
+    ),
+    "kernel_params_without_return": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def kernel_params(self, params):
+                {"max_num_pages": 3}
+        """,
+        "TestNorm.kernel_params returned None (is its return statement missing?); return a dict of PersistentKernel "
+        "init parameters, {} for none",
+    ),
+    "kernel_params_of_pairs": (
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def kernel_params(self, params):
+                return [("max_num_pages", 3)]
+        """,
+        "TestNorm.kernel_params returned [('max_num_pages', 3)] (list); return a dict of PersistentKernel init "
+        "parameters, {} for none",
+    ),
 }
 
 
