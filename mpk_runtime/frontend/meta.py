@@ -100,7 +100,11 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             meta[name] = default_tensor(name, shape, dtype, p, device)
             continue
         if not isinstance(t, torch.Tensor):
-            raise MetaTensorError(f"meta tensor {name!r} must be a torch.Tensor, got {type(t).__name__}")
+            shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
+            raise MetaTensorError(
+                f"meta tensor {name!r} must be a torch.Tensor, got {shown} ({type(t).__name__}); pass "
+                f"torch.tensor(..., dtype={dtype}) of shape {shape}"
+            )
         if t.dtype != dtype:
             raise MetaTensorError(f"meta tensor {name!r} has dtype {t.dtype}; it must be {dtype}: pass t.to({dtype})")
         if tuple(t.shape) != shape:

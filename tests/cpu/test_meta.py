@@ -101,7 +101,11 @@ def test_unknown_meta_tensor_without_a_close_name_lists_them():
 
 
 def test_meta_tensor_must_be_a_tensor():
-    with pytest.raises(MetaTensorError, match=r"meta tensor 'step' must be a torch.Tensor, got list"):
+    with pytest.raises(
+        MetaTensorError,
+        match=r"meta tensor 'step' must be a torch.Tensor, got \[0\] \(list\); pass torch.tensor\(\.\.\., dtype=torch.int32\) "
+        r"of shape \(\d+,\)",
+    ):
         build(meta_tensors={"step": [0]})
 
 
