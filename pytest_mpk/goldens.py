@@ -38,14 +38,22 @@ def golden(
         fn = harness.find_reference(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
         result = fn(**ins)
-    return as_outputs(result, outputs, golden_of(scene, layer))
+    return as_outputs(result, outputs, golden_of(scene, layer, search))
 
 
 def as_outputs(result: Any, outputs: list[str], where: str = "the golden") -> dict[str, Any]:
     """A golden in any of its forms (a dict by output name, a tuple in output order, one value) as a
-    dict by output name; GoldenError naming ``where`` when it cannot be."""
+    dict by output name; GoldenError naming ``where`` when it cannot be. A dict's keys are exactly the
+    outputs: a misspelt key would leave its value uncompared."""
     if isinstance(result, dict):
+        unknown = [k for k in result if k not in outputs]
         missing = [o for o in outputs if o not in result]
+        if unknown:
+            lacks = f" (and no value for {missing})" if missing else ""
+            raise compare.GoldenError(
+                f"{where}: returned {unknown}, which {'is not an output' if len(unknown) == 1 else 'are not outputs'}"
+                f"{lacks}; return {{name: tensor}} for the outputs {outputs}"
+            )
         if missing:
             raise compare.GoldenError(f"{where}: no value for output(s) {missing}; return {{name: tensor}} for {outputs}")
         return result
@@ -62,7 +70,7 @@ def as_outputs(result: Any, outputs: list[str], where: str = "the golden") -> di
 
 def compare_outputs(
     scene: SceneTestCase,
-    layer: str,
+    golden_from: str,
     case: Case | None,
     outs: list[str],
     actual: dict,
@@ -71,8 +79,9 @@ def compare_outputs(
     graph: Any = None,
 ) -> None:
     """The scene's ``compare``, else every output against its golden (checked to be comparable
-    first); MismatchError with every output's report. With the compiled ``graph``, an element
-    written against the golden's Expected(written=...) is reported with the task whose slice holds it."""
+    first; ``golden_from``, from golden_of, names it); MismatchError with every output's report. With
+    the compiled ``graph``, an element written against the golden's Expected(written=...) is reported
+    with the task whose slice holds it."""
     if case is not None:  # where collection could not learn the outputs (a scene that reads real shapes)
         case.check_outputs(type(scene).__name__, outs)
     scene_compare = getattr(scene, "compare", None)
@@ -84,7 +93,7 @@ def compare_outputs(
         rtol, atol = case.tolerance_for(name) if case else (None, None)
         want = expected[name]
         try:
-            compare.check_golden(golden_of(scene, layer), name, want.value if isinstance(want, Expected) else want, actual[name])
+            compare.check_golden(golden_from, name, want.value if isinstance(want, Expected) else want, actual[name])
             if isinstance(want, Expected):
                 owner = guards.owner_of(graph, name) if graph is not None else None
                 compare.check_expected(name, actual[name], want, before[name], rtol, atol, owner)
@@ -96,7 +105,11 @@ def compare_outputs(
         raise compare.MismatchError("\n".join(errors))
 
 
-def golden_of(scene: SceneTestCase, layer: str) -> str:
-    """Where a scene's golden comes from, for messages."""
-    own = getattr(scene, "compute_golden", None) is not None
-    return f"{type(scene).__name__}.compute_golden" if own else f"{type(scene).__name__}'s golden (the {layer} reference)"
+def golden_of(scene: SceneTestCase, layer: str, search: list[Path]) -> str:
+    """Where a scene's golden comes from, for messages and the failure report: its compute_golden, or
+    the reference function that golden() calls and the file that defines it."""
+    if getattr(scene, "compute_golden", None) is not None:
+        return f"{type(scene).__name__}.compute_golden"
+    fn = harness.find_reference(layer, search=search)
+    code = getattr(fn, "__code__", None)  # a plain function; another callable (a functools.partial) has no file
+    return f"{layer}(){f' of {code.co_filename}' if code else ''} ({type(scene).__name__} defines no compute_golden)"

@@ -249,7 +249,7 @@ class _SceneItem(pytest.Item):
             arch=self.arch,
             backend=backend,
             artifacts=mpk.artifacts_dir / _safe(self.nodeid),
-            keep_artifacts=mpk.keep_artifacts or mpk.profile,
+            keep_artifacts=mpk.keep_artifacts or (mpk.profile and backend == devices.GPU),  # a profile is kept
             hang_timeout=mpk.hang_timeout,
             repro=mpk.repro(self),
             replay=mpk.replay,

@@ -31,7 +31,7 @@ import mpk_runtime as mpk
 
 from . import devices
 from .compare import poison
-from .goldens import as_outputs, compare_outputs
+from .goldens import as_outputs, compare_outputs, golden_of
 from .runner import SceneFailure, Setup, generate, kernel_params
 from .scene import Case, InOut, Out, PerRank, SceneTestCase, scene_info
 
@@ -100,7 +100,8 @@ def goldens(scene: SceneTestCase, ranks: list[types.SimpleNamespace], params: di
 def _check(scene: SceneTestCase, case: Case | None, rk: _Rank, expected: dict) -> str | None:
     actual = {n: rk.tensors[n].detach().cpu() for n in rk.outs}
     try:
-        compare_outputs(scene, scene_info(type(scene)).layer, case, rk.outs, actual, expected, rk.before)
+        where = golden_of(scene, scene_info(type(scene)).layer, [])  # compute_golden: a multi-rank scene defines it
+        compare_outputs(scene, where, case, rk.outs, actual, expected, rk.before)
     except AssertionError as e:
         return str(e)
     return None
@@ -143,13 +144,23 @@ def run_in_process(
         f"module {'from the cache' if rk.pk.build_result.cached else 'built'}: {rk.pk.build_result.entry.name}" for rk in ranks
     }
     setup.notes.extend(sorted(notes))
-    if setup.backend == devices.COMPILED:
-        return
+    if setup.backend != devices.COMPILED:
+        _emulate_and_check(scene, case, params, setup, seed, ranks, mine)
+    if not setup.keep_artifacts:  # passed: compiled only, too
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _emulate_and_check(
+    scene: SceneTestCase, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, ranks: list[_Rank], mine: int | None
+) -> None:
+    """Run the built ranks on the emulator and compare their outputs (``mine``'s only, if given)."""
+    world = len(ranks)
     try:
         mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed)
     except mpk.MpkError as e:
         raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
     expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+    failures: dict[int, str] = {}
     for r, rk in enumerate(ranks):
         if mine is None or r == mine:
             text = _check(scene, case, rk, expected[r])
@@ -159,8 +170,6 @@ def run_in_process(
         for r in failures:
             _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
         raise _failure(failures, setup, params, world, "in one process")
-    if not setup.keep_artifacts:
-        shutil.rmtree(setup.artifacts, ignore_errors=True)
 
 
 def run_this_rank(

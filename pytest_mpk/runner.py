@@ -18,7 +18,7 @@ import mpk_runtime as mpk
 from mpk_runtime import harness
 
 from . import compare, devices, guards, sanitize
-from .goldens import compare_outputs, golden
+from .goldens import compare_outputs, golden, golden_of
 from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of, shown
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
@@ -125,7 +125,16 @@ def run_case(
     scene: SceneTestCase, layer: str, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, search: list[Path]
 ) -> None:
     """Run one case; raise SceneFailure (with the report, the artifacts and the repro line) on a
-    mismatch or a kernel error. Other exceptions are mistakes in the scene or the runtime."""
+    mismatch or a kernel error. Other exceptions are mistakes in the scene or the runtime. A case that
+    passes (compiled only, or failing as ``case.raises`` expects, too) leaves no artifacts unless kept."""
+    _run_case(scene, layer, case, params, setup, seed, search)
+    if not setup.keep_artifacts and not _holds_replay(setup):
+        shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _run_case(
+    scene: SceneTestCase, layer: str, case: Case | None, params: dict[str, Any], setup: Setup, seed: int, search: list[Path]
+) -> None:
     args = generate(scene, params, seed)
     outs = outputs_of(args)
     if not outs:
@@ -144,8 +153,7 @@ def run_case(
         if zones is not None:
             guarded[name] = zones
 
-    clear = not _holds_replay(setup)  # never delete the directory a replay reads
-    if clear:
+    if not _holds_replay(setup):  # never delete the directory a replay reads
         shutil.rmtree(setup.artifacts, ignore_errors=True)
     setup.artifacts.mkdir(parents=True, exist_ok=True)
     init = kernel_params(scene, params, setup)
@@ -158,6 +166,7 @@ def run_case(
         )
     pk = None
     expected = None
+    golden_from: str | None = None  # where the golden came from, once computed
     try:
         if setup.replay is not None:
             pk = mpk.PersistentKernel.from_artifacts(
@@ -219,21 +228,22 @@ def run_case(
             outs,
             {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
         )
+        golden_from = golden_of(scene, layer, search)
         untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
         ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
         damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
-        guards.raise_with(damage, lambda: compare_outputs(scene, layer, case, outs, actual, expected, before, pk.compiled_graph))
+        guards.raise_with(
+            damage, lambda: compare_outputs(scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph)
+        )
     except (AssertionError, mpk.KernelError) as e:
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
-        raise SceneFailure(_failure_text(e, setup, params, saved)) from None
+        raise SceneFailure(_failure_text(e, setup, params, saved, golden_from)) from None
     finally:
         if pk is not None:
             try:
                 pk.finalize()
             except mpk.KernelError as e:
                 setup.notes.append(f"finalize: {e}")
-    if clear and not setup.keep_artifacts:
-        shutil.rmtree(setup.artifacts, ignore_errors=True)
 
 
 def _ran(pk, setup: Setup, case: Case | None) -> bool:
@@ -290,12 +300,16 @@ def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str]
     return [name for name in FAILURE_FILES if (setup.artifacts / name).exists()]
 
 
-def _failure_text(e: BaseException, setup: Setup, params: dict[str, Any], saved: list[str]) -> str:
+def _failure_text(
+    e: BaseException, setup: Setup, params: dict[str, Any], saved: list[str], golden_from: str | None = None
+) -> str:
+    """The report of a failed case; ``golden_from`` (golden_of) once there is a golden to compare with."""
     return "\n".join(
         [
             str(e),
             f"params: {params}",
             f"backend: {setup.backend} ({setup.arch})",
+            *([f"golden: {golden_from}"] if golden_from else []),
             f"artifacts: {setup.artifacts} ({', '.join(saved)})",
             f"repro: {setup.repro}",
         ]

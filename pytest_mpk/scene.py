@@ -289,7 +289,28 @@ class SceneTestCase:
         import pytest
 
         module = sys.modules[module_name]
-        sys.exit(pytest.main([module.__file__, "-p", "mpk", *sys.argv[1:]]))
+        sys.exit(pytest.main([module.__file__, "-p", "mpk", *_imported_before_pytest(), *sys.argv[1:]]))
+
+
+# pytest rewrites the asserts of every module of a plugin's distribution, and warns for those imported
+# before it started. A scene file run as a script has imported Hypothesis (its SWEEP's strategies) and
+# this package by then; no test reads their asserts, so those warnings alone are left out.
+_PLUGINS_IMPORTED_BY_SCENES = {"hypothesis", "pytest-mpk"}
+
+
+def _imported_before_pytest() -> list[str]:
+    """``-W`` options that ignore pytest's "already imported" warning for the modules of those
+    distributions that are imported; other modules imported early are still warned about."""
+    import importlib.metadata
+
+    names = [
+        name
+        for name, dists in importlib.metadata.packages_distributions().items()
+        if name in sys.modules and _PLUGINS_IMPORTED_BY_SCENES.intersection(dists)
+    ]
+    return [
+        f"-Wignore:Module already imported so cannot be rewritten; {n}:pytest.PytestAssertRewriteWarning" for n in sorted(names)
+    ]
 
 
 def kernel_params_of(scene: SceneTestCase, params: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import argparse
 import os
 import shlex
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -32,14 +33,29 @@ def ini(config: pytest.Config, name: str):
 
 
 def check_writable_dir(path: Path, where: str) -> None:
-    """A usage error when ``path`` can be neither made nor written: a file in its way, or no permission."""
+    """A usage error when ``path`` can be neither made nor written: a file in its way, no permission, or
+    a file system that takes no directories (/proc). Tried by making, then removing, a directory of a
+    unique name in the nearest existing one: ``path`` itself is made only by a case that keeps files."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         raise pytest.UsageError(f"{where} {path}: {existing} is a file, not a directory; choose another directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"{where} {path}: {existing} is not writable; choose a directory you can write")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mpk-probe-", dir=existing))
+    except OSError as e:
+        raise pytest.UsageError(
+            f"{where} {path}: cannot make a directory in {existing} ({e.strerror}); choose a directory you can write"
+        ) from None
+
+
+def check_backend(backend: str, where: str) -> None:
+    """A usage error when the GPU backend is asked for and no GPU is visible (known without starting CUDA)."""
+    if backend == "gpu" and not devices.visible_gpus():
+        raise pytest.UsageError(
+            f"{where}: no GPU is visible (CUDA_VISIBLE_DEVICES / nvidia-smi); use --mpk-backend auto or emulate to run "
+            f"the cases on the CPU emulator"
+        )
 
 
 class MpkSession:
@@ -48,6 +64,7 @@ class MpkSession:
         opt = config.option
         self.requested_archs: list[str] = opt.mpk_arch or [ini(config, "mpk_arch")]
         self.backend: str = opt.mpk_backend or ini(config, "mpk_backend")
+        check_backend(self.backend, "--mpk-backend gpu" if opt.mpk_backend else "ini option mpk_backend = 'gpu'")
         self.emulate_check: bool = opt.mpk_emulate_check
         self.warp_jitter: bool = not opt.mpk_no_warp_jitter
         self.selected_cases: list[str] = opt.mpk_case or []
@@ -141,6 +158,12 @@ class MpkSession:
         if self.backends:
             parts = ", ".join(f"{n} {b}" for b, n in sorted(self.backends.items()))
             terminalreporter.write_sep("-", f"mpk backends: {parts}")
+        unprofiled = sum(n for b, n in self.backends.items() if b != devices.GPU)
+        if self.profile and unprofiled:
+            terminalreporter.write_line(
+                f"mpk: --mpk-profile records cases on the GPU backend only: {unprofiled} case(s) that ran emulated "
+                f"or compiled were not profiled"
+            )
 
     # -- a case that kills the CUDA context ------------------------------------------------------
     # A kernel fault (an illegal address, a trap) leaves the process's CUDA context unusable for good.

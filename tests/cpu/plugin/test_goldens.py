@@ -4,6 +4,7 @@ with the inputs (and InOut tensors, as they were before the run) by name; and ``
 
 from __future__ import annotations
 
+import glob
 import types
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 from pytest_mpk import InOut, Out
 from pytest_mpk.compare import GoldenError
-from pytest_mpk.goldens import golden
+from pytest_mpk.goldens import golden, golden_of
 
 NORM = """
 from pytest_mpk import Case, scene_test
@@ -29,7 +30,7 @@ def test_default_golden_is_the_layer_reference_and_a_local_one_wins(pytester: py
     pytester.makepyfile(test_scene=NORM.format(layer="rmsnorm"))
     pytester.runpytest_inprocess().assert_outcomes(passed=1)
 
-    pytester.makepyfile(
+    local = pytester.makepyfile(
         pytorch_reference="""
         def rmsnorm(input, weight):
             return input * 0
@@ -37,7 +38,12 @@ def test_default_golden_is_the_layer_reference_and_a_local_one_wins(pytester: py
     )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["output 'output' (float32, shape (2, 256)) differs from the golden*"])
+    result.stdout.fnmatch_lines(
+        [
+            "output 'output' (float32, shape (2, 256)) differs from the golden*",
+            f"golden: rmsnorm() of {glob.escape(str(local))} (TestNorm defines no compute_golden)",
+        ]
+    )
 
 
 def test_local_reference_without_the_function_falls_back_to_the_layer_reference(pytester: pytest.Pytester, scenes) -> None:
@@ -151,7 +157,7 @@ ARGS = {"x": torch.ones(2), "acc": InOut(torch.ones(2)), "y": Out(torch.empty(2)
 @pytest.mark.parametrize(
     ("result", "outputs", "expected"),
     [
-        ({"y": 1, "z": 2, "extra": 3}, ["y", "z"], {"y": 1, "z": 2, "extra": 3}),
+        ({"y": 1, "z": 2}, ["y", "z"], {"y": 1, "z": 2}),
         ((1, 2), ["y", "z"], {"y": 1, "z": 2}),
         ([1, 2], ["y", "z"], {"y": 1, "z": 2}),
         (7, ["y"], {"y": 7}),
@@ -165,6 +171,17 @@ def test_golden_forms(result, outputs: list[str], expected: dict) -> None:
     ("result", "outputs", "message"),
     [
         ({"y": 1}, ["y", "z"], "_Scene.compute_golden: no value for output(s) ['z']; return {name: tensor} for ['y', 'z']"),
+        (
+            {"y": 1, "z": 2, "extra": 3},
+            ["y", "z"],
+            "_Scene.compute_golden: returned ['extra'], which is not an output; return {name: tensor} for the outputs ['y', 'z']",
+        ),
+        (
+            {"why": 1, "zed": 2},
+            ["y", "z"],
+            "_Scene.compute_golden: returned ['why', 'zed'], which are not outputs (and no value for ['y', 'z']); "
+            "return {name: tensor} for the outputs ['y', 'z']",
+        ),
         ((1, 2, 3), ["y", "z"], "_Scene.compute_golden: returned 3 values for 2 outputs ['y', 'z']"),
         (7, ["y", "z"], "_Scene.compute_golden: returned one int, but the scene has outputs ['y', 'z']; return a dict"),
     ],
@@ -192,3 +209,17 @@ def test_reference_gets_inputs_and_inouts_by_name(tmp_path) -> None:
     (tmp_path / "pytorch_reference.py").write_text("def layer(**kwargs):\n    return {'y': sorted(kwargs)}\n")
     result = golden(types.SimpleNamespace(), "layer", ARGS, {}, [tmp_path], ["y"])
     assert result == {"y": ["acc", "x"]}
+
+
+def test_golden_of_names_the_function_and_its_file(tmp_path) -> None:
+    """What a failure's ``golden:`` line says: the scene's compute_golden, else the reference function
+    golden() calls and the file that defines it (a callable that is no plain function, by name)."""
+    assert golden_of(_Scene(1), "rmsnorm", [tmp_path]) == "_Scene.compute_golden"
+    norm = golden_of(types.SimpleNamespace(), "rmsnorm", [tmp_path])
+    assert norm.startswith("rmsnorm() of ") and norm.endswith(
+        "reference/rmsnorm/pytorch_reference.py (SimpleNamespace defines no compute_golden)"
+    )
+    (tmp_path / "pytorch_reference.py").write_text(
+        "import functools\n\ndef _scaled(x, s):\n    return x * s\n\nlayer = functools.partial(_scaled, s=2)\n"
+    )
+    assert golden_of(types.SimpleNamespace(), "layer", [tmp_path]) == "layer() (SimpleNamespace defines no compute_golden)"

@@ -64,6 +64,22 @@ def test_ranks_run_emulated_in_one_process(pytester: pytest.Pytester, scenes, su
     )
 
 
+@pytest.mark.parametrize("backend", ["emulate", "compile-only"])
+def test_a_passing_multi_rank_case_leaves_no_artifacts(pytester: pytest.Pytester, scenes, sums, backend: str) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            pass
+    """
+    )
+    pytester.runpytest_inprocess("--mpk-backend", backend).assert_outcomes(passed=1)
+    assert not any(pytester.path.glob(".mpk-artifacts/*"))
+
+
 def test_an_assert_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums) -> None:
     pytester.makepyfile(
         test_scene="""

@@ -79,6 +79,15 @@ GOLDENS = {
         "return args.input[:1]",
         "TestNorm.compute_golden: the golden of output 'output' has shape (1, 256), but the output has (2, 256)",
     ),
+    "a stray key": (
+        'return {"output": args.input, "outptu": args.input}',
+        "TestNorm.compute_golden: returned ['outptu'], which is not an output; return {name: tensor} for the outputs ['output']",
+    ),
+    "a key that is not the output": (
+        'return {"out": args.input}',
+        "TestNorm.compute_golden: returned ['out'], which is not an output (and no value for ['output']); return "
+        "{name: tensor} for the outputs ['output']",
+    ),
     "the wrong kind of dtype": (
         "return args.input.to(torch.int64)",
         "TestNorm.compute_golden: the golden of output 'output' is int64 (integer), but the output is float32 (floating point)",
