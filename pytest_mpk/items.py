@@ -92,6 +92,12 @@ class SceneClass(pytest.Collector):
         keys = tuple(dict.fromkeys([*declared, *defaults, *sorted(dict.fromkeys(given), key=lambda k: -given.count(k))]))
         for c in cases:
             self._check_case_keys(c, keys, declared, defaults)
+            if c.raises is not None and self.world_size > 1:
+                raise self.CollectError(
+                    f"{where}: Case {c.name!r} expects the kernel to fail (raises={c.raises!r}), which a scene on "
+                    f"{self.world_size} ranks does not check: the case would pass whatever ran. Test that failure in a "
+                    f"one-rank scene, or leave raises out"
+                )
         if cases:
             self._check_outputs_and_golden(scene, self._sample(cases[0]))
             self._check_params_read(scene, cases, defaults)

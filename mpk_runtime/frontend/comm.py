@@ -45,6 +45,8 @@ def run_emulated_ranks(kernels: list, seed: int = 0) -> None:
     PersistentKernel (``emulate=True``, ``world_size=len(kernels)``, ``mpi_rank=r``), all in this
     process. Their workers are interleaved by one scheduler seeded with ``seed``; a deadlock raises the
     WatchdogError a device watchdog would, naming the rank each stuck task waits for."""
+    if not isinstance(kernels, (list, tuple)):
+        raise StateError(f"run_emulated_ranks: kernels={kernels!r} must be a list of every rank's kernel, in rank order")
     runners = []
     for r, pk in enumerate(kernels):
         runner = getattr(pk, "_runner", None)

@@ -112,6 +112,12 @@ def test_no_ranks_at_all_is_an_error():
         mpk.run_emulated_ranks([])
 
 
+def test_one_kernel_instead_of_a_list_is_an_error():
+    kernels, _ = chained(2, torch.randn(2, 4, 128, dtype=torch.bfloat16), torch.zeros(4, 128, dtype=torch.bfloat16), layers=1)
+    with pytest.raises(mpk.StateError, match=r"run_emulated_ranks: kernels=.* must be a list of every rank's kernel"):
+        mpk.run_emulated_ranks(kernels[0])
+
+
 def test_ranks_that_built_different_graphs_are_an_error():
     kernels = []
     for r, grid in ((0, (4, 1, 1)), (1, (2, 1, 1))):

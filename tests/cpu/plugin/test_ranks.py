@@ -141,6 +141,25 @@ def test_a_multi_rank_scene_needs_its_golden(pytester: pytest.Pytester, scenes, 
     result.stdout.fnmatch_lines(["*TestTwo: runs on 2 ranks, so it needs compute_golden(self, args, params)*"])
 
 
+def test_a_multi_rank_case_cannot_expect_a_failure(pytester: pytest.Pytester, scenes, sums) -> None:
+    """The ranks' run does not check raises=, so such a case would pass whatever the kernel did."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            CASES = [Case("b2", batch=2, raises="bad token")]
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*TestTwo: Case 'b2' expects the kernel to fail (raises='bad token'), which a scene on 2 ranks does not check*"]
+    )
+
+
 def test_scene_world_size_is_validated() -> None:
     from pytest_mpk import scene_test
 
