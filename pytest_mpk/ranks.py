@@ -33,7 +33,7 @@ from . import devices
 from .compare import poison
 from .goldens import as_outputs, compare_outputs, golden_of
 from .runner import SceneFailure, Setup, generate, kernel_params
-from .scene import Case, InOut, Out, PerRank, SceneTestCase, scene_info
+from .scene import Case, InOut, Out, PerRank, SceneError, SceneTestCase, scene_info
 
 _stopped: list[str] = []  # why the MPI job cannot go on: a rank stopped responding
 
@@ -55,6 +55,13 @@ class _Rank:
         self.outs = [n for n, v in self.args.items() if isinstance(v, Out)]
         if not self.outs:
             raise TypeError(f"{type(scene).__name__}.generate_args returned no Out or InOut tensor")
+        meta = [n for n in self.outs if self.args[n].meta]
+        if meta:  # the one-rank run hands them to the kernel as its meta tensors; the ranks' run does not
+            raise SceneError(
+                f"{type(scene).__name__}.generate_args: Out(..., meta=True) for {meta}, which a scene on "
+                f"{params.get('world_size', '?')} ranks does not pass to the kernel as its meta tensors; set them "
+                f"in kernel_params' meta_tensors, or test them in a one-rank scene"
+            )
         self.inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in self.args.items()}
         self.tensors = {}
         for name, v in self.args.items():

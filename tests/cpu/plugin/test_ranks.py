@@ -160,6 +160,25 @@ def test_a_multi_rank_case_cannot_expect_a_failure(pytester: pytest.Pytester, sc
     )
 
 
+def test_a_multi_rank_scene_cannot_pass_meta_outputs(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import Out, scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def generate_args(self, params):
+                args = super().generate_args(params)
+                return {**args, "step": Out(torch.zeros(2, dtype=torch.int32), meta=True)}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Out(..., meta=True) for *'step'*, which a scene on 2 ranks does not pass to the kernel*"])
+
+
 def test_scene_world_size_is_validated() -> None:
     from pytest_mpk import scene_test
 
