@@ -68,9 +68,9 @@ def _torch_itemsize(dtype: Any) -> int:
 
 
 def parse_size(name: str, text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
+    m = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
     if not m:
-        raise ConfigError(f"{name}={text!r} must be a size in bytes, e.g. 8G, 512M or 1073741824")
+        raise ConfigError(f"{name}={text[:40]!r} must be a size in bytes, e.g. 8G, 512M or 1073741824")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 

@@ -11,13 +11,14 @@ inspected and replayed later, and the typed reading of it back.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import GraphError
+from ..errors import ConfigError, GraphError
 from ..graph.compiled import FORMAT_VERSION, CompiledGraph
 from ..graph.compiled_writer import dumps, graph_text
 
@@ -137,6 +138,8 @@ def write(
 
 def read(output_dir: str | Path, rank: int) -> CompileOutput:
     """A compile output directory, every file checked; GraphError naming the file and field otherwise."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise ConfigError(f"rank={rank!r} must be an integer >= 0: the rank whose files (test_rank{{r}}.cu, ...) to read")
     where = paths(output_dir, rank)
     if not Path(output_dir).is_dir():
         what = "does not exist" if not Path(output_dir).exists() else "is not a directory"
@@ -149,22 +152,19 @@ def read(output_dir: str | Path, rank: int) -> CompileOutput:
         )
     graph_doc = _load_json(where["graph"])
     signature_doc = _load_json(where["signature"])
-    for data, kind, path in (
-        (graph_doc, "mpk-task-graph", where["graph"]),
-        (signature_doc, SIGNATURE_FORMAT, where["signature"]),
-    ):
-        if not isinstance(data, dict) or data.get("format") != kind or data.get("version") != FORMAT_VERSION:
-            found = (data.get("format"), data.get("version")) if isinstance(data, dict) else (type(data).__name__, None)
-            raise GraphError(
-                f"{path}: expected {kind} version {FORMAT_VERSION}, found {found[0]} version {found[1]}; "
-                f"recompile to refresh the directory"
-            )
-    graph = CompiledGraph.from_json(graph_doc, str(where["graph"]))
+    graph = CompiledGraph.from_json(graph_doc, str(where["graph"]))  # checks its format and version too
+    doc = signature_doc
+    if not isinstance(doc, dict) or doc.get("format") != SIGNATURE_FORMAT or doc.get("version") != FORMAT_VERSION:
+        found = (doc.get("format"), doc.get("version")) if isinstance(doc, dict) else (type(doc).__name__, None)
+        raise GraphError(
+            f"{where['signature']}: expected {SIGNATURE_FORMAT} version {FORMAT_VERSION}, found {found[0]} version "
+            f"{found[1]}; recompile to refresh the directory"
+        )
     signature = Signature.from_json(signature_doc, str(where["signature"]))
     from .signature_reader import check_against_graph
 
     check_against_graph(signature, graph, str(output_dir))
-    meta = _load_meta(where["meta"]) if where["meta"].is_file() else {}
+    meta = _load_meta(where["meta"]) if os.path.lexists(where["meta"]) else {}
     try:
         source = where["source"].read_text()
     except (OSError, UnicodeDecodeError) as e:
@@ -177,9 +177,8 @@ def _load_meta(path: Path) -> dict[str, torch.Tensor]:
     try:
         meta = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch.load raises many kinds for a damaged file
-        raise GraphError(
-            f"{path}: cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200]}); recompile to refresh it"
-        ) from None
+        first = (str(e).splitlines() or ["no message"])[0][:200]
+        raise GraphError(f"{path}: cannot be loaded ({type(e).__name__}: {first}); recompile to refresh it") from None
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in meta.items()):
         raise GraphError(f"{path}: expected a dict of meta tensor name -> tensor, got {type(meta).__name__}")
     return meta
@@ -202,6 +201,8 @@ def _load_json(path: Path) -> Any:
         raise GraphError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise GraphError(f"{path}: cannot be read: {e}") from None
+    except (ValueError, RecursionError) as e:  # nested too deeply, an integer of thousands of digits
+        raise GraphError(f"{path}: not ours ({type(e).__name__}: {str(e)[:80]}); recompile to refresh the directory") from None
 
 
 def write_if_changed(path: Path, text: str) -> bool:

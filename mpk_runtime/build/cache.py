@@ -77,7 +77,10 @@ def cache_root() -> Path:
     """The cache directory, created if needed; BuildError (the path and the fix) if it cannot be."""
     root = os.environ.get("MPK_CACHE_DIR")
     if root:
-        path = Path(root).expanduser()
+        try:
+            path = Path(root).expanduser()
+        except RuntimeError:  # ~user of no such user, or no home directory
+            raise BuildError(f"MPK_CACHE_DIR={root!r}: its ~ names no home directory; set it to a full path") from None
     else:
         try:
             path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpk"
@@ -143,12 +146,13 @@ def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[
     of entry (nvcc modules, host-emulation modules and archives) goes through here."""
     start = time.perf_counter()
     modules = entry.parent
+    timeout = lock_timeout()  # checked on every use, not only when a build needs the lock
     if entry_problem(entry, key, filename) is None:
         return BuildResult(entry / filename, entry, key, True, time.perf_counter() - start)
     if modules not in _cleaned:
         _cleaned.add(modules)
         cache_fs.clean_leftovers(modules)
-    with build_lock(Path(f"{entry}.lock"), lock_timeout(), log.warning) as lock:
+    with build_lock(Path(f"{entry}.lock"), timeout, log.warning) as lock:
         problem = entry_problem(entry, key, filename)  # again: another process may have built it while we waited
         if problem is None:
             return BuildResult(entry / filename, entry, key, True, time.perf_counter() - start)
@@ -210,5 +214,5 @@ def _key_of(entry: Path) -> str:
     try:
         data = json.loads(record.read_text())
         return str(data["key"]) if isinstance(data, dict) else ""
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, RecursionError):
         return ""

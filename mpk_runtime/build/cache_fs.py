@@ -84,7 +84,7 @@ def entry_problem(entry: Path, key: str, filename: str = MODULE) -> str | None:
         return f"{RECORD} cannot be read ({e})"
     try:
         record = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         return f"{RECORD} is not valid JSON ({e})"
     if not isinstance(record, dict):
         return f"{RECORD} holds {json.dumps(record)[:20]}, not an object"

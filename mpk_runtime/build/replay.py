@@ -17,7 +17,7 @@ import torch
 
 from .. import dtypes, memory
 from ..codegen import dispatcher
-from ..errors import ConfigError, EmulationError, GraphError, MemoryBudgetError, ShapeError
+from ..errors import ConfigError, EmulationError, GraphError, GridError, MemoryBudgetError, MetaTensorError, ShapeError
 from ..graph.shuffle import shuffle
 from ..graph.variants import Variant
 from ..tasks import registry
@@ -62,8 +62,25 @@ def plan(output_dir: str | Path, rank: int) -> ReplayPlan:
                 f"{out.directory}: layers[{i}] ({layer.name}) is a {layer.task!r} task, which is not registered in this "
                 f"process ({', '.join(registry.names())}); import the module that registers it before replaying"
             )
+        _check_layer(out, i)
     out.edited = source_edit(out)
     return ReplayPlan(out, dict(sig.params), int(sig.arch[2:]))
+
+
+def _check_layer(out: CompileOutput, i: int) -> None:
+    """A layer's opcode and scalar values must be what its registered task reads: the descriptor
+    carries the opcode, and the slice references compute with the values."""
+    layer, spec = out.graph.layers[i], registry.get(out.graph.layers[i].task)
+    where = f"{out.directory / f'task_graph_rank{out.signature.rank}.json'}: layers[{i}]"
+    if layer.opcode != spec.opcode:
+        raise GraphError(f"{where}.opcode: {layer.opcode}, but {spec.name} has opcode {spec.opcode}; recompile the directory")
+    missing = [k for k in spec.scalars if k not in layer.values]
+    bad = [k for k in spec.scalars if k not in missing and type(layer.values[k]) not in (int, float)]
+    if missing or bad:
+        raise GraphError(
+            f"{where}.values: {spec.name} needs the numbers {', '.join(spec.scalars)}, "
+            f"missing {missing or 'none'}, not numbers {bad or 'none'}; recompile the directory"
+        )
 
 
 def source_edit(out: CompileOutput) -> str | None:
@@ -89,6 +106,8 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
     """Every tensor of the signature by name: the caller's, derived ones recomputed as the original
     run did (shuffle_tensors), intermediates allocated here (within the memory budget).
     ShapeError / GraphError otherwise."""
+    if not isinstance(tensors, dict):
+        raise GraphError(f"replay of {out.directory}: tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
     wanted = {t.name: t for t in out.signature.tensors}
     unknown = sorted(set(tensors) - set(wanted))
     made = [
@@ -118,6 +137,8 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
                 raise GraphError(
                     f"replay of {out.directory}: {st.name!r} is derived from {e.args[0]!r}, which is not bound"
                 ) from None
+            except (GridError, ShapeError) as e:
+                raise GraphError(f"replay of {out.directory}: {st.name!r} cannot be derived as its signature says: {e}") from None
             _check_bound(out, st.name, bound[st.name])
         else:  # an intermediate, or a layer's workspace, which starts zeroed
             bound[st.name] = torch.zeros(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
@@ -157,6 +178,10 @@ def open_kernel(kernel_class: Any, plan: ReplayPlan, tensors: dict[str, torch.Te
         pk = kernel_class(**init_params(plan, overrides))  # checks the saved init parameters too
     except (ConfigError, MemoryBudgetError) as e:
         raise type(e)(f"{signature}: params: {e}") from None
+    except MetaTensorError as e:
+        if "meta_tensors" in overrides:
+            raise
+        raise MetaTensorError(f"{out.directory / f'meta_rank{out.signature.rank}.pt'}: {e}; recompile the directory") from None
     check_kernel(out, pk.arch, pk.params.num_workers)
     for name, t in bind(out, tensors, pk.device).items():
         pk.attach_input(t, name)

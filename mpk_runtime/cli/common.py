@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import MpkError
@@ -24,6 +25,21 @@ class JsonArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see {self.prog} --help)")
+
+
+def output_file(option: str, path: str, *inputs: str | Path) -> Path:
+    """The file an option writes (``--png FILE``), checked before any work: not empty, not a
+    directory, in a directory that exists, and none of the files the command reads (writing it
+    would destroy the input)."""
+    out = Path(path)
+    if not path or out.is_dir():
+        raise CliError(f"{option} {path!r}: {'is a directory' if path else 'no file named'}; name the file to write")
+    if not out.parent.is_dir():
+        raise CliError(f"{option} {path!r}: directory {str(out.parent)!r} does not exist; create it or write elsewhere")
+    for given in inputs:
+        if Path(given).exists() and out.exists() and os.path.samefile(out, given):
+            raise CliError(f"{option} {path!r} is the input {str(given)!r}; writing it would destroy it: name another file")
+    return out
 
 
 def emit(data: Any) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..graph import queries
 from ..graph.compiled import CompiledGraph
-from .common import CliError, JsonArgumentParser, run
+from .common import CliError, JsonArgumentParser, output_file, run
 
 
 def parser() -> JsonArgumentParser:
@@ -36,13 +36,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def answer(args: argparse.Namespace) -> dict:
+    dot_file = output_file("--dot", args.dot, args.graph) if args.dot is not None else None
     g = load(args.graph)
     if args.task is not None:
         return queries.task_detail(g, args.task)
     if args.event is not None:
         return queries.event_detail(g, args.event)
-    if args.dot is not None:
-        Path(args.dot).write_text(queries.dot(g))
+    if dot_file is not None:
+        dot_file.write_text(queries.dot(g))
         return {"dot": args.dot, "nodes": len(g.tasks), "edges": sum(len(t.deps) for t in g.tasks)}
     return queries.summary(g, args.graph)
 
@@ -52,10 +53,14 @@ def load(path: str) -> CompiledGraph:
         text = Path(path).read_text()
     except OSError as e:
         raise CliError(f"cannot read task graph {path!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CliError(f"{path}: not JSON (not UTF-8 text: {e}); pass a task_graph_rank{{r}}.json") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise CliError(f"{path}: not JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # nested too deeply, an integer of thousands of digits
+        raise CliError(f"{path}: not a task graph ({type(e).__name__}: {str(e)[:80]}); pass task_graph_rank{{r}}.json") from None
     return CompiledGraph.from_json(data, path)
 
 

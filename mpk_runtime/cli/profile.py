@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from ..profile import stats as ps
-from .common import CliError, JsonArgumentParser, run
+from .common import CliError, JsonArgumentParser, output_file, run
 
 
 def parser() -> JsonArgumentParser:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def answer(args: argparse.Namespace) -> dict:
+    png = output_file("--png", args.png, args.csv, ps.phases_path(args.csv)) if args.png is not None else None
     rows = ps.read_csv(args.csv)
     if args.list:
         if args.task is not None:
@@ -54,7 +55,7 @@ def answer(args: argparse.Namespace) -> dict:
         return {"phases": _phases(args.csv, args.task)}
     from ..profile.swimlane import draw
 
-    draw(picked, args.png, title=args.csv if args.task is None else f"{args.csv}: {args.task}")
+    draw(picked, str(png), title=args.csv if args.task is None else f"{args.csv}: {args.task}")
     return {"png": args.png, "rows": len(picked), "workers": len({r.worker for r in picked})}
 
 

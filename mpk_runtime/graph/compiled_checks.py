@@ -3,6 +3,7 @@ checks those): every fact that the kernel, the emulator or the upload relies on,
 or hand-edited file is refused with the field that is wrong, never run with a slice outside its
 tensor, a dependency nothing waits for, or a worker that waits forever.
 
+- the arch and the placement policy: known ones; each variant's layers: layers of the graph;
 - tensors: unique names, known dtypes and kinds;
 - layers: numbered in order, their tasks contiguous, as many as the grid has blocks, at most the
   inputs, outputs and scalars a descriptor carries, grids that divide the dimensions they split;
@@ -20,9 +21,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .. import contract, dtypes
+from .. import archs, contract, dtypes
 from ..errors import GraphError
 from .compiled import CompiledGraph, LayerInfo, SliceRef, TaskInfo, TensorInfo
+from .schedule import POLICIES
 
 KINDS = ("attached", "intermediate", "workspace", "derived", "comm")
 _SPLIT = re.compile(r"^dim (\d+) by grid ([xyz])$")
@@ -32,6 +34,15 @@ def check_compiled(g: CompiledGraph, where: str) -> None:
     def fail(path: str, what: str) -> GraphError:
         return GraphError(f"{where}: {path}: {what}")
 
+    if g.arch not in archs.NAMES:
+        raise fail("arch", f"unknown arch {g.arch!r}; expected one of {', '.join(archs.NAMES)}")
+    if g.schedule.policy not in POLICIES:
+        raise fail("schedule.policy", f"unknown policy {g.schedule.policy!r}; expected one of {', '.join(POLICIES)}")
+    names = {layer.name for layer in g.layers}
+    for v in g.variants:
+        unknown = [n for n in v.layers if n not in names]
+        if unknown:
+            raise fail(f"variants[{v.id}].layers", f"names layers {unknown}, which the graph does not have")
     tensors = _check_tensors(g, fail)
     cuts = [_check_layer(g, i, tensors, fail) for i in range(len(g.layers))]
     for t in g.tasks:

@@ -10,6 +10,7 @@ from ..errors import GraphError
 from .bulk import gc_paused
 from .compiled import (
     FORMAT,
+    FORMAT_VERSION,
     ArgInfo,
     CompiledGraph,
     EventInfo,
@@ -89,6 +90,11 @@ def read_compiled(data: Any, where: str) -> CompiledGraph:
         raise GraphError(
             f'{where}: not a task graph (expected "format": "{FORMAT}", as compile(output_dir=...) '
             f"writes in task_graph_rank{{r}}.json)"
+        )
+    if data.get("version") != FORMAT_VERSION:
+        raise GraphError(
+            f"{where}: expected {FORMAT} version {FORMAT_VERSION}, found {FORMAT} version {data.get('version')!r} "
+            f"(written by another version of mpk_runtime); recompile to refresh it"
         )
     tensors = tuple(_tensor(f) for f in doc["tensors"].items())
     names = {t.name for t in tensors}

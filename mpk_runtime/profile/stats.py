@@ -94,10 +94,15 @@ def _read(path: str | Path, kind: type[Row] | type[PhaseRow], what: str) -> list
         raise ProfileError(f"cannot read {what} {str(path)!r}: {e.strerror or e}") from None
     with f:
         reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or tuple(header) != columns:
-            raise ProfileError(f"{path}: not a {what}; the header must be {','.join(columns)}, got {header!r}")
-        return [_parse_row(path, reader.line_num, fields, kind) for fields in reader if fields]
+        try:
+            header = next(reader, None)
+            if header is None or tuple(header) != columns:
+                raise ProfileError(f"{path}: not a {what}; the header must be {','.join(columns)}, got {header!r}")
+            return [_parse_row(path, reader.line_num, fields, kind) for fields in reader if fields]
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ProfileError(
+                f"{path}:{reader.line_num + 1}: not a {what} (not UTF-8 CSV text: {e}); pass the .csv written next to the trace"
+            ) from None
 
 
 def _parse_row(path: str | Path, line: int, fields: list[str], kind: type[Row] | type[PhaseRow]) -> Any:
@@ -109,10 +114,15 @@ def _parse_row(path: str | Path, line: int, fields: list[str], kind: type[Row] |
         if name in _TEXT:
             values.append(text)
             continue
+        # phase_no -1: the time after a body's last mark; duration_ns: checked against end - begin below
+        low = {"phase_no": -1, "duration_ns": -(2**64)}.get(name, 0)
         try:
-            values.append(int(text))
+            value = int(text) if text.isascii() and len(text) <= 21 else None
         except ValueError:
-            raise ProfileError(f"{path}:{line}: {name}={text!r} is not an integer") from None
+            value = None
+        if value is None or not low <= value < 2**64:
+            raise ProfileError(f"{path}:{line}: {name}={text[:40]!r} is not an integer in [{low}, 2**64)") from None
+        values.append(value)
     row = kind(*values)  # type: ignore[arg-type]
     if row.duration_ns != row.end_ns - row.begin_ns or row.duration_ns < 0:
         raise ProfileError(
@@ -126,13 +136,13 @@ RowT = TypeVar("RowT", Row, PhaseRow)
 
 def select(rows: list[RowT], task: str) -> list[RowT]:
     """The rows of one task type, given by name (``rmsnorm``) or numeric task_type_id (``2``)."""
-    if task.isdigit():
-        picked = [r for r in rows if r.task_type_id == int(task)]
+    if task.isascii() and task.isdigit():  # compared as text: int() of thousands of digits raises
+        picked = [r for r in rows if str(r.task_type_id) == (task.lstrip("0") or "0")]
     else:
         picked = [r for r in rows if r.task_type_name == task]
     if not picked:
         known = ", ".join(f"{name} ({tid})" for tid, name in sorted({(r.task_type_id, r.task_type_name) for r in rows}))
-        raise ProfileError(f"no task type {task!r} in this profile; it has: {known}")
+        raise ProfileError(f"no task type {task[:40]!r} in this profile; it has: {known}")
     return picked
 
 

@@ -22,6 +22,7 @@ from .. import contract
 from ..build.host import build_host_module
 from ..codegen import abi
 from ..errors import BuildError, ConfigError
+from .launcher import entry_points
 
 ORDERS = {"in_order": 0, "reversed": 1, "shuffled": 2}
 STATUS = {0: "ok", 1: "task_error", 2: "detected", 3: "invalid"}
@@ -139,40 +140,41 @@ class HostModule:
             lib = self._lib = C.CDLL(str(path), mode=C.RTLD_LOCAL)
         except OSError as e:
             raise BuildError(f"cannot load the host module {path}: {e}") from e
-        lib.mpk_emu_run_task.argtypes = [
-            C.c_uint32,
-            C.c_char_p,
-            C.c_void_p,
-            C.c_void_p,
-            C.c_uint32,
-            C.POINTER(Options),
-            C.c_char_p,
-            C.c_int,
-            C.c_void_p,
-        ]
-        lib.mpk_emu_prepare_next_batch.argtypes = [
-            C.c_void_p,
-            C.c_void_p,
-            C.c_void_p,
-            C.c_void_p,
-            C.c_uint32,
-            C.c_int,
-            C.POINTER(C.c_int),
-            C.c_char_p,
-            C.c_int,
-        ]
-        lib.mpk_emu_guarded_alloc.restype = C.c_void_p
-        lib.mpk_emu_guarded_alloc.argtypes = [C.c_size_t]
-        lib.mpk_emu_guarded_free.argtypes = [C.c_void_p, C.c_size_t]
-        lib.mpk_emu_switch_ns.restype = C.c_double
-        lib.mpk_emu_release_stacks.restype = None
-        lib.mpk_dynamic_smem_bytes.restype = C.c_uint
-        buf = C.create_string_buffer(1024)
-        lib.mpk_emu_layout(buf, len(buf))
-        abi.check_layout(buf.value.decode(), str(path))
-        self.worker_threads = lib.mpk_worker_threads()
-        self.target_sm = lib.mpk_target_sm()
-        self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
+        with entry_points():
+            lib.mpk_emu_run_task.argtypes = [
+                C.c_uint32,
+                C.c_char_p,
+                C.c_void_p,
+                C.c_void_p,
+                C.c_uint32,
+                C.POINTER(Options),
+                C.c_char_p,
+                C.c_int,
+                C.c_void_p,
+            ]
+            lib.mpk_emu_prepare_next_batch.argtypes = [
+                C.c_void_p,
+                C.c_void_p,
+                C.c_void_p,
+                C.c_void_p,
+                C.c_uint32,
+                C.c_int,
+                C.POINTER(C.c_int),
+                C.c_char_p,
+                C.c_int,
+            ]
+            lib.mpk_emu_guarded_alloc.restype = C.c_void_p
+            lib.mpk_emu_guarded_alloc.argtypes = [C.c_size_t]
+            lib.mpk_emu_guarded_free.argtypes = [C.c_void_p, C.c_size_t]
+            lib.mpk_emu_switch_ns.restype = C.c_double
+            lib.mpk_emu_release_stacks.restype = None
+            lib.mpk_dynamic_smem_bytes.restype = C.c_uint
+            buf = C.create_string_buffer(1024)
+            lib.mpk_emu_layout(buf, len(buf))
+            abi.check_layout(buf.value.decode(), str(path))
+            self.worker_threads = lib.mpk_worker_threads()
+            self.target_sm = lib.mpk_target_sm()
+            self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
         self.race_check = bool(lib.mpk_emu_race_check_built())
         self._report = C.create_string_buffer(REPORT_BYTES)
         self._error = (C.c_longlong * 2)()

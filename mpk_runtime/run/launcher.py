@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import archs, contract
@@ -10,6 +12,18 @@ from ..codegen import abi
 from ..errors import BuildError, KernelError
 
 _ERR = 512
+
+
+@contextlib.contextmanager
+def entry_points() -> Iterator[None]:
+    """Turn ctypes' AttributeError for a symbol a loaded module lacks into a BuildError naming it."""
+    try:
+        yield
+    except AttributeError as e:
+        raise BuildError(
+            f"{e}: the module was built from a source that lacks the runtime's entry points (an edited "
+            f"test_rank{{r}}.cu that lost its generated code?); restore the generated source, or recompile"
+        ) from None
 
 
 class Module:
@@ -24,30 +38,31 @@ class Module:
         except OSError as e:
             raise BuildError(f"cannot load {self.path}: {e}") from e
         self.lib = lib
-        lib.mpk_abi_version.restype = C.c_int
-        lib.mpk_worker_threads.restype = C.c_int
-        lib.mpk_target_sm.restype = C.c_int
-        lib.mpk_dynamic_smem_bytes.restype = C.c_uint
-        lib.mpk_task_type_name.restype = C.c_char_p
-        lib.mpk_task_type_name.argtypes = [C.c_int]
-        lib.mpk_abi_layout.argtypes = [C.c_char_p, C.c_int]
-        lib.mpk_occupancy.argtypes = [C.c_int, C.POINTER(C.c_int), C.POINTER(C.c_int), C.c_char_p, C.c_int]
-        lib.mpk_create.restype = C.c_void_p
-        lib.mpk_create.argtypes = [C.c_int, C.c_char_p, C.c_int]
-        lib.mpk_launch.argtypes = [C.c_void_p, C.POINTER(abi.MpkKernelParams), C.c_int, C.c_void_p, C.c_char_p, C.c_int]
-        lib.mpk_poll.argtypes = [C.c_void_p, C.c_int, C.POINTER(abi.MpkStatus), C.c_char_p, C.c_int]
-        lib.mpk_take_error.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus), C.POINTER(C.c_uint64)]
-        lib.mpk_last_status.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus)]
-        lib.mpk_destroy.argtypes = [C.c_void_p, C.c_int]
-        version = lib.mpk_abi_version()
-        if version != contract.ABI_VERSION:
-            raise BuildError(f"{self.path}: ABI version {version}, expected {contract.ABI_VERSION}; rebuild it")
-        buf = C.create_string_buffer(8192)
-        lib.mpk_abi_layout(buf, len(buf))
-        abi.check_layout(buf.value.decode(), str(self.path))
-        self.worker_threads = lib.mpk_worker_threads()
-        self.target_sm = lib.mpk_target_sm()
-        self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
+        with entry_points():
+            lib.mpk_abi_version.restype = C.c_int
+            lib.mpk_worker_threads.restype = C.c_int
+            lib.mpk_target_sm.restype = C.c_int
+            lib.mpk_dynamic_smem_bytes.restype = C.c_uint
+            lib.mpk_task_type_name.restype = C.c_char_p
+            lib.mpk_task_type_name.argtypes = [C.c_int]
+            lib.mpk_abi_layout.argtypes = [C.c_char_p, C.c_int]
+            lib.mpk_occupancy.argtypes = [C.c_int, C.POINTER(C.c_int), C.POINTER(C.c_int), C.c_char_p, C.c_int]
+            lib.mpk_create.restype = C.c_void_p
+            lib.mpk_create.argtypes = [C.c_int, C.c_char_p, C.c_int]
+            lib.mpk_launch.argtypes = [C.c_void_p, C.POINTER(abi.MpkKernelParams), C.c_int, C.c_void_p, C.c_char_p, C.c_int]
+            lib.mpk_poll.argtypes = [C.c_void_p, C.c_int, C.POINTER(abi.MpkStatus), C.c_char_p, C.c_int]
+            lib.mpk_take_error.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus), C.POINTER(C.c_uint64)]
+            lib.mpk_last_status.argtypes = [C.c_void_p, C.POINTER(abi.MpkStatus)]
+            lib.mpk_destroy.argtypes = [C.c_void_p, C.c_int]
+            version = lib.mpk_abi_version()
+            if version != contract.ABI_VERSION:
+                raise BuildError(f"{self.path}: ABI version {version}, expected {contract.ABI_VERSION}; rebuild it")
+            buf = C.create_string_buffer(8192)
+            lib.mpk_abi_layout(buf, len(buf))
+            abi.check_layout(buf.value.decode(), str(self.path))
+            self.worker_threads = lib.mpk_worker_threads()
+            self.target_sm = lib.mpk_target_sm()
+            self.dynamic_smem_bytes = lib.mpk_dynamic_smem_bytes()
         want = archs.by_cc(self.target_sm).worker_threads
         if self.worker_threads != want:
             raise BuildError(

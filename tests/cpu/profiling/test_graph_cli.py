@@ -192,7 +192,7 @@ def test_empty_graph(capsys, tmp_path):
         (None, [], "cannot read task graph .*No such file"),
         ("{not json", [], "not JSON"),
         (json.dumps({"format": "mpk-signature"}), [], "not a task graph"),
-        (json.dumps({"format": "mpk-task-graph"}), [], "g.json: tensors: missing"),
+        (json.dumps({"format": "mpk-task-graph", "version": 1}), [], "g.json: tensors: missing"),
         (
             json.dumps(synthetic({0: [(1, "raw")], 1: [(0, "raw")]})),
             [],
@@ -210,6 +210,26 @@ def test_empty_graph(capsys, tmp_path):
         (json.dumps(synthetic({0: []})), ["--task", "x"], "argument --task: invalid int value: 'x'"),
         (json.dumps(synthetic({0: []})), ["--event", "0"], "no event 0; this graph has 0 events"),
         (json.dumps(synthetic({0: []})), ["--task", "0", "--event", "0"], "not allowed with argument"),
+        (
+            json.dumps({**synthetic({0: []}), "version": 2}),
+            [],
+            r"g\.json: expected mpk-task-graph version 1, found mpk-task-graph version 2 .*; recompile to refresh it",
+        ),
+        (json.dumps({**synthetic({0: []}), "arch": "sm75"}), [], r"arch: unknown arch 'sm75'; expected one of sm80, sm90"),
+        (
+            json.dumps({**synthetic({0: []}), "schedule": {**synthetic({0: []})["schedule"], "policy": "random"}}),
+            [],
+            r"schedule\.policy: unknown policy 'random'; expected one of locality, round_robin",
+        ),
+        (
+            json.dumps({**synthetic({0: []}), "variants": [{**synthetic({0: []})["variants"][0], "layers": ["nope"]}]}),
+            [],
+            r"variants\[0\]\.layers: names layers \['nope'\], which the graph does not have",
+        ),
+        ("[" * 100_000 + "]" * 100_000, [], r"g\.json: not a task graph \(RecursionError: "),
+        ('{"version": ' + "9" * 5000 + "}", [], r"g\.json: not a task graph \(ValueError: Exceeds the limit"),
+        (json.dumps(synthetic({0: []})), ["--dot", ""], r"--dot '': no file named; name the file to write"),
+        (json.dumps(synthetic({0: []})), ["--dot", "/nowhere/g.dot"], r"directory '/nowhere' does not exist"),
     ],
 )
 def test_errors(capsys, tmp_path, content, argv, match):
@@ -219,6 +239,22 @@ def test_errors(capsys, tmp_path, content, argv, match):
     code, out = call(capsys, path, *argv)
     assert code == 2 and list(out) == ["error"]
     assert re.search(match, out["error"]), out["error"]
+
+
+def test_a_file_that_is_not_text(capsys, tmp_path):
+    path = tmp_path / "g.json"
+    path.write_bytes(b"\xff\xfe{}")
+    code, out = call(capsys, path)
+    assert code == 2 and out["error"].startswith(f"{path}: not JSON (not UTF-8 text: ")
+
+
+def test_dot_never_overwrites_the_graph(capsys, tmp_path):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(synthetic({0: []})))
+    before = path.read_text()
+    code, out = call(capsys, path, "--dot", path)
+    assert (code, out) == (2, {"error": f"--dot '{path}' is the input '{path}'; writing it would destroy it: name another file"})
+    assert path.read_text() == before
 
 
 def test_unknown_event_of_a_real_graph(capsys, compiled_graph):

@@ -160,12 +160,21 @@ HEADER = ",".join(COLUMNS) + "\n"
         (["{csv}", "--list", "--per-layer"], "not allowed with argument"),
         (["{csv}", "rmsnorm", "--list"], "--list lists every task type; drop TASK"),
         (["{missing}", "--list"], "cannot read profile CSV .*missing.csv.*No such file"),
-        (["{csv}", "--png", "{missing_dir}"], "No such file or directory"),
+        (["{csv}", "--png", "{missing_dir}"], "--png '.*': directory '.*' does not exist; create it or write elsewhere"),
         ([], "the following arguments are required: TRACE.csv"),
+        (["{csv}", "9" * 5000, "--stat", "avg"], "no task type '9999"),  # no int() of 5000 digits
+        (["{csv}", "\u0662", "--stat", "avg"], "no task type '\u0662'"),  # an Arabic-Indic 2 is no task id
+        (["{csv}", "--png", ""], "--png '': no file named; name the file to write"),
+        (["{csv}", "--png", "{dir}"], "--png '.*': is a directory; name the file to write"),
     ],
 )
 def test_errors(capsys, trace_csv, tmp_path, argv, match):
-    paths = {"csv": trace_csv, "missing": tmp_path / "missing.csv", "missing_dir": tmp_path / "no" / "such" / "x.png"}
+    paths = {
+        "csv": trace_csv,
+        "missing": tmp_path / "missing.csv",
+        "missing_dir": tmp_path / "no" / "such" / "x.png",
+        "dir": tmp_path,
+    }
     code, out = call(capsys, *[a.format(**paths) for a in argv])
     assert code == 2
     assert list(out) == ["error"]
@@ -185,11 +194,32 @@ def test_errors(capsys, trace_csv, tmp_path, argv, match):
         ),
         (HEADER + "2,rmsnorm,rmsnorm_0,0,0,100,200,50\n", ":2: duration_ns=50 does not equal end_ns - begin_ns = 100"),
         (HEADER + "2,rmsnorm,rmsnorm_0,0,0,300,200,-100\n", "duration_ns=-100"),
+        (HEADER + "2,rmsnorm,rmsnorm_0,-1,0,100,200,100\n", ":2: worker='-1' is not an integer in [0, 2**64)"),
+        (HEADER + f"2,rmsnorm,rmsnorm_0,0,0,0,{'9' * 400},{'9' * 400}\n", ":2: end_ns='99999"),  # fmean overflowed
     ],
 )
 def test_malformed_csv(capsys, tmp_path, text, match):
     code, out = call(capsys, write(tmp_path, text), "--list")
     assert code == 2 and match in out["error"], out
+
+
+def test_a_file_that_is_not_text(capsys, tmp_path):
+    """A Perfetto trace (binary) passed for its CSV, or a CSV in Latin-1."""
+    path = tmp_path / "run.perfetto-trace"
+    path.write_bytes(b"\n\xe2\x01\x00\xff binary")
+    code, out = call(capsys, path, "--list")
+    assert code == 2 and out["error"].startswith(f"{path}:1: not a profile CSV (not UTF-8 CSV text: 'utf-8' codec can't decode")
+    assert out["error"].endswith("; pass the .csv written next to the trace")
+
+
+def test_png_never_overwrites_the_csv(capsys, trace_csv):
+    before = trace_csv.read_bytes()
+    code, out = call(capsys, trace_csv, "--png", trace_csv)
+    assert (code, out) == (
+        2,
+        {"error": f"--png '{trace_csv}' is the input '{trace_csv}'; writing it would destroy it: name another file"},
+    )
+    assert trace_csv.read_bytes() == before
 
 
 @pytest.mark.skipif(not SCRIPT.is_file(), reason=f"console script not installed beside {sys.executable} (pip install -e .)")

@@ -1,0 +1,121 @@
+"""Replays of compile output directories damaged in ways test_replay_inputs.py does not cover: JSON
+that Python cannot even parse into values, empty or misplaced meta files, a layer whose opcode or
+scalar values are not its task's, derived tensors whose recipe cannot be applied, the wrong kind of
+``tensors`` or ``rank``, and a source that lost the runtime's entry points. Each is an MpkError that
+names the file (or argument) and the fix, never a raw exception from deep inside."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import test_replay_inputs
+import torch
+from test_replay_inputs import edit, graph_file, signature_file, tensors_of
+
+import mpk_runtime as mpk
+from mpk_runtime.build import artifacts, replay
+from mpk_runtime.errors import BuildError, ConfigError, GraphError, MetaTensorError
+
+saved = test_replay_inputs.saved  # the fixture: a compile output directory of two rmsnorm layers
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 100_000 + "]" * 100_000, r"not ours \(RecursionError: maximum recursion depth exceeded"),
+        ('{"format": ' + "9" * 5000 + "}", r"not ours \(ValueError: Exceeds the limit \(4300 digits\)"),
+    ],
+    ids=["nested too deeply", "an integer of 5000 digits"],
+)
+def test_json_python_cannot_parse(saved, text, message):
+    signature_file(saved).write_text(text)
+    with pytest.raises(GraphError, match=rf"^{re.escape(str(signature_file(saved)))}: {message}.*recompile to refresh"):
+        artifacts.read(saved, 0)
+
+
+def test_a_graph_of_another_version_is_refused_by_its_own_reader(saved):
+    edit(graph_file(saved), lambda g: g.update(version=2))
+    with pytest.raises(
+        GraphError, match=r"task_graph_rank0\.json: expected mpk-task-graph version 1, found mpk-task-graph version 2"
+    ):
+        artifacts.read(saved, 0)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: p.write_bytes(b""), r"cannot be loaded \(EOFError: no message\); recompile to refresh it"),
+        (lambda p: p.mkdir(), r"cannot be loaded \(IsADirectoryError: .*\); recompile to refresh it"),
+    ],
+    ids=["empty", "a directory"],
+)
+def test_a_meta_file_that_is_no_file_of_meta_tensors(saved, damage, message):
+    damage(saved / "meta_rank0.pt")  # a directory was skipped: the replay ran with default meta tensors
+    with pytest.raises(GraphError, match=rf"meta_rank0\.pt: {message}"):
+        artifacts.read(saved, 0)
+
+
+def test_saved_meta_tensors_that_the_kernel_refuses_name_the_file(saved):
+    torch.save({"bogus": torch.zeros(3)}, saved / "meta_rank0.pt")
+    with pytest.raises(MetaTensorError, match=r"meta_rank0\.pt: unknown meta tensor 'bogus'; .*; recompile the directory$"):
+        mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), compile_only=True)
+
+
+LAYER_FAULTS = {
+    "an opcode of another task": (
+        lambda g: g["layers"][0].update(opcode=70000),
+        r"layers\[0\]\.opcode: 70000, but rmsnorm has opcode \d+; recompile the directory",
+    ),
+    "a scalar value missing": (
+        lambda g: g["layers"][1].update(values={}),
+        r"layers\[1\]\.values: rmsnorm needs the numbers eps, missing \['eps'\], not numbers none",
+    ),
+    "a scalar value of text": (
+        lambda g: g["layers"][0]["values"].update(eps="1e-6"),
+        r"layers\[0\]\.values: rmsnorm needs the numbers eps, missing none, not numbers \['eps'\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", LAYER_FAULTS, ids=list(LAYER_FAULTS))
+def test_a_layer_that_is_not_its_tasks(saved, fault):
+    change, message = LAYER_FAULTS[fault]
+    edit(graph_file(saved), change)
+    with pytest.raises(GraphError, match=rf"^{re.escape(str(graph_file(saved)))}: {message}"):
+        replay.plan(saved, 0)
+
+
+def test_a_derived_tensor_whose_recipe_does_not_apply(saved):
+    recipe = {"op": "shuffle_tensors", "inputs": ["x"], "shuffled_dim": 0, "num_groups": 3}
+    edit(signature_file(saved), lambda s: s["tensors"][3].update(kind="derived", derived_from=recipe))
+    edit(graph_file(saved), lambda g: g["tensors"][3].update(kind="derived"))
+    tensors = tensors_of(saved)
+    del tensors["w"]
+    with pytest.raises(
+        GraphError, match=r"replay of .*/out: 'w' cannot be derived as its signature says: shuffle_tensors: num_groups=3"
+    ):
+        mpk.PersistentKernel.from_artifacts(saved, tensors, compile_only=True)
+
+
+@pytest.mark.parametrize("tensors", [None, []], ids=["None", "a list"])
+def test_tensors_that_are_not_a_dict(saved, tensors):
+    with pytest.raises(GraphError, match=r"tensors must be a dict of name -> tensor, got (NoneType|list)$"):
+        mpk.PersistentKernel.from_artifacts(saved, tensors, compile_only=True)
+
+
+@pytest.mark.parametrize("rank", [-1, "0", True])
+def test_a_rank_that_is_not_one(saved, rank):
+    with pytest.raises(ConfigError, match=rf"^rank={re.escape(repr(rank))} must be an integer >= 0"):
+        artifacts.read(saved, rank)
+
+
+def test_a_source_without_the_runtimes_entry_points(saved):
+    """An edited test_rank0.cu emptied by mistake: nvcc and g++ build it, the loader finds nothing."""
+    (saved / "test_rank0.cu").write_text("// nothing left\n")
+    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate=True)
+    try:
+        with pytest.raises(BuildError, match=r"undefined symbol: mpk_emu_\w+: the module was built from a source that lacks"):
+            pk.compile()
+    finally:
+        pk.finalize()
