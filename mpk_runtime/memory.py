@@ -71,18 +71,22 @@ def parse_size(name: str, text: str) -> int:
     m = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]?)(?:i?B)?\s*", text, re.I)
     if not m:
         raise ConfigError(f"{name}={text[:40]!r} must be a size in bytes, e.g. 8G, 512M or 1073741824")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if n < 1:
+        raise ConfigError(f"{name}={text[:40]!r} is less than one byte, a budget nothing fits; give a size such as 8G")
+    return n
 
 
 def limit(device: Any) -> tuple[int | None, str]:
-    """The bytes ``device`` may still allocate, and where that figure comes from (None: no limit)."""
+    """The bytes ``device`` may still allocate, and where that figure comes from (None: no limit).
+    Both variables are read whichever the device, so a bad one is reported where it is first used."""
     kind = getattr(device, "type", str(device))
     if kind == "meta":
         return None, "no limit"
+    given = {v: parse_size(v, os.environ[v]) for v in ("MPK_MEMORY_LIMIT", "MPK_GPU_MEMORY_LIMIT") if os.environ.get(v)}
     variable = "MPK_GPU_MEMORY_LIMIT" if kind == "cuda" else "MPK_MEMORY_LIMIT"
-    text = os.environ.get(variable, "")
-    if text:
-        return parse_size(variable, text), f"set by {variable}"
+    if variable in given:
+        return given[variable], f"set by {variable}"
     if kind == "cuda":
         import torch
 

@@ -70,3 +70,16 @@ def test_without_a_configured_limit_half_the_available_memory(monkeypatch):
 
 def test_the_available_host_memory_is_known_here():
     assert memory.host_available() > 0
+
+
+def test_a_bad_gpu_limit_is_reported_without_a_gpu_too(monkeypatch, make_pk):
+    """Read wherever a budget is checked: a typo would otherwise wait for the first GPU run."""
+    monkeypatch.setenv("MPK_GPU_MEMORY_LIMIT", "abc")
+    with pytest.raises(ConfigError, match=r"MPK_GPU_MEMORY_LIMIT='abc' must be a size in bytes"):
+        make_pk(90)
+
+
+@pytest.mark.parametrize("text", ["0", "0.1", "0.5B", "0K"])
+def test_a_limit_below_one_byte(text):
+    with pytest.raises(ConfigError, match=rf"X={text!r} is less than one byte, a budget nothing fits"):
+        memory.parse_size("X", text)
