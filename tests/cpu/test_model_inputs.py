@@ -269,3 +269,11 @@ def test_a_generator_for_the_gpu_on_a_machine_without_one():
     c = Qwen3Config(**TINY)
     with pytest.raises(mpk.DeviceError, match=r"Qwen3Generator needs a CUDA GPU and torch sees none .* pass emulate=True"):
         Qwen3Generator(c, random_state_dict(c), [[1, 2]], 4)
+
+
+def test_weights_on_more_than_one_device():
+    c = Qwen3Config(**TINY)
+    sd = random_state_dict(c)
+    sd["model.layers.0.self_attn.k_proj.weight"] = sd["model.layers.0.self_attn.k_proj.weight"].to("meta")
+    with pytest.raises(mpk.WeightError, match=r"state_dict holds weights on 2 devices \(.* on cpu, .*k_proj.weight' on meta\)"):
+        check_state_dict(c, sd)
