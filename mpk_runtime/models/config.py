@@ -248,7 +248,7 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
             f"state_dict key {odd[0]!r} ({type(odd[0]).__name__}) is not a weight name; keys are Hugging Face names such as "
             f"'model.norm.weight'"
         )
-    on = {}  # device -> a weight on it: the stacking of experts and of q / k / v needs one device
+    on: dict[str, str] = {}  # device -> a weight on it: the stacking of experts and of q / k / v needs one device
     for k, v in state_dict.items():
         if isinstance(v, torch.Tensor):
             on.setdefault(str(v.device), k)
