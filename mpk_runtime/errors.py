@@ -1,10 +1,28 @@
 """One exception hierarchy for the runtime.
 
 Every error derives from :class:`MpkError` and, where one fits, from the builtin that describes it,
-so callers can catch either (``except ValueError`` keeps working for bad arguments).
+so callers can catch either (``except ValueError`` keeps working for bad arguments). Two helpers
+word what messages share: the nearest known name, and a value shown with its type.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
+from typing import Any
+
+
+def near_hint(name: str, known: Collection[str], listing: str) -> str:
+    """The end of an unknown-name message: "did you mean 'x'?" for the closest known name, else
+    ``listing`` followed by every known one (e.g. "the parameters are")."""
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {near[0]!r}?" if near else f"{listing} {', '.join(known)}"
+
+
+def shown(value: Any) -> str:
+    """``value`` for a message: its repr, cut to 40 characters, and its type."""
+    text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return f"{text} ({type(value).__name__})"
 
 
 class MpkError(Exception):

@@ -18,6 +18,8 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     CSRC                       the csrc directory the builds include (sanitizer findings name files in it)
     check_test_launch(pk, m)   after a test-mode launch on the GPU: the meta tensors against the batching model
     build_for(pk, on_gpu)      the nvcc build compile() makes of pk's graph on the GPU or off it (prebuilds)
+    near_hint(name, known, l)  "did you mean 'x'?" or the known names, for a message (mpk_runtime.errors)
+    shown(value)               a value for a message: its repr, cut short, and its type
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from .archs import ARCHS
 from .archs import NAMES as ARCH_NAMES
 from .contract import META_TENSORS as META_TENSOR_NAMES
+from .errors import near_hint, shown
 from .resources import CSRC
 
 PORTABLE_ARCHS: tuple[str, ...] = tuple(a.name for a in ARCHS.values() if not a.native)
@@ -159,7 +162,9 @@ __all__ = [
     "mpi_world",
     "check_memory",
     "native_arch",
+    "near_hint",
     "read_compile_output",
+    "shown",
     "signature_arch",
     "torch_dtype",
 ]

@@ -133,9 +133,10 @@ class SceneClass(pytest.Collector):
         where = self.cls.__qualname__
         for k in case.params:
             if self.cls.PARAMS and k not in declared and k not in defaults:
-                near = difflib.get_close_matches(k, [*declared, *defaults], n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join([*declared, *defaults])}"
-                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}{hint}")
+                from mpk_runtime.harness import near_hint
+
+                hint = near_hint(k, [*declared, *defaults], "the parameters are")
+                raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}; {hint}")
             # A key that only some cases give must not look like another key; of two look-alikes, the
             # misspelling is the one fewer cases give (else the later one).
             near = difflib.get_close_matches(k, keys[: keys.index(k)], n=1, cutoff=0.8)

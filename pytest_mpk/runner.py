@@ -16,10 +16,11 @@ import torch
 
 import mpk_runtime as mpk
 from mpk_runtime import harness
+from mpk_runtime.harness import shown
 
 from . import compare, devices, guards, sanitize
 from .goldens import compare_outputs, golden, golden_of
-from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of, shown
+from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
 # Modules the session's prebuild (prebuild.py) built for its cases: entry name -> the cache's note

@@ -317,15 +317,11 @@ def kernel_params_of(scene: SceneTestCase, params: dict[str, Any]) -> dict[str, 
     """``scene.kernel_params(params)``; SceneError unless it is a dict."""
     extra = scene.kernel_params(dict(params))
     if not isinstance(extra, dict):
+        from mpk_runtime.harness import shown
+
         what = "None (is its return statement missing?)" if extra is None else shown(extra)
         raise SceneError(
             f"{type(scene).__name__}.kernel_params returned {what}; return a dict of PersistentKernel init "
             f"parameters, {{}} for none"
         )
     return extra
-
-
-def shown(value: Any) -> str:
-    """``value`` for a message: its repr, cut to 40 characters, and its type."""
-    text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    return f"{text} ({type(value).__name__})"

@@ -3,11 +3,10 @@ checks every layer call gets before anything is added to the graph."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any
 
-from ..errors import BlockDimError, StateError
+from ..errors import BlockDimError, StateError, near_hint
 from ..graph.task_graph import TaskGraph, check_grid
 from ..tasks import registry
 from ..tasks.partition import Arg, whole
@@ -53,8 +52,7 @@ def _nearest(kwargs: dict[str, Any], sig: inspect.Signature) -> str:
     known = [n for n in sig.parameters if n != "self"]
     for key in kwargs:
         if key not in sig.parameters:
-            near = difflib.get_close_matches(key, known, n=1)
-            return f"; did you mean {near[0]!r}?" if near else f"; the parameters are {', '.join(known)}"
+            return f"; {near_hint(key, known, 'the parameters are')}"
     return ""
 
 

@@ -34,13 +34,11 @@ kernel is made, so later writes to the tensors do not change it):
 
 from __future__ import annotations
 
-import difflib
-
 import torch
 
 from .. import memory
 from ..contract import META_TENSORS as NAMES
-from ..errors import ConfigError, MetaTensorError
+from ..errors import ConfigError, MetaTensorError, near_hint, shown
 from ..run.batching import BatchConfig
 from .params import KernelParams
 
@@ -84,9 +82,7 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
     overrides = p.meta_tensors
     for name in overrides:
         if name not in NAMES:
-            near = difflib.get_close_matches(name, NAMES, n=1)
-            hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(NAMES)}"
-            raise MetaTensorError(f"unknown meta tensor {name!r}; {hint}")
+            raise MetaTensorError(f"unknown meta tensor {name!r}; {near_hint(name, NAMES, 'known:')}")
     requests = total_num_requests(overrides)
     if requests < 1:
         raise MetaTensorError(
@@ -100,9 +96,8 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             meta[name] = default_tensor(name, shape, dtype, p, device)
             continue
         if not isinstance(t, torch.Tensor):
-            shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
             raise MetaTensorError(
-                f"meta tensor {name!r} must be a torch.Tensor, got {shown} ({type(t).__name__}); pass "
+                f"meta tensor {name!r} must be a torch.Tensor, got {shown(t)}; pass "
                 f"torch.tensor(..., dtype={dtype}) of shape {shape}"
             )
         if t.dtype != dtype:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import difflib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +11,7 @@ import torch
 
 from ..archs import TARGET_CCS, TARGET_CCS_TEXT
 from ..contract import MAX_RANKS, MAX_SCHEDULERS
-from ..errors import ConfigError
+from ..errors import ConfigError, near_hint
 from ..graph.schedule import POLICIES
 from ..run import bootstrap
 
@@ -93,9 +92,7 @@ def check_names(what: str, given: Iterable[str], known: Collection[str]) -> None
     """A ConfigError for the first name of ``given`` that is not in ``known``, with the closest known one."""
     for key in given:
         if key not in known:
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known parameters: {', '.join(sorted(known))}"
-            raise ConfigError(f"unknown {what} parameter {key!r}{hint}")
+            raise ConfigError(f"unknown {what} parameter {key!r}; {near_hint(key, sorted(known), 'known parameters:')}")
 
 
 def names() -> list[str]:
