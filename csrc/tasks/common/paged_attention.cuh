@@ -182,6 +182,17 @@ struct Plan {
   int in0, in1;  // key positions computed from the input (in0 = step, or both 0): new keys not read back from the cache
 };
 
+// The splits of one (request, kv head) count themselves done on a 64-bit word of the layer's
+// workspace: launch id (32 bits) | iteration (16) | count (16). A word of another tag, or with a
+// full count, is stale (an earlier iteration or launch, or the zeroed workspace). Tags grow with
+// the launch and the iteration, so each split's atomicMax at its start turns a stale word into
+// "this tag, count 0" and leaves a current one as it is: when the splits finish, together, their
+// counts are one atomicAdd each.
+__device__ __forceinline__ unsigned long long split_count_tag(Runtime const &rt) {
+  return (static_cast<unsigned long long>(rt.launch_id) << 32) |
+         (static_cast<unsigned long long>(rt.iteration & 0xffffu) << 16);
+}
+
 template <int Z>
 __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt) {
   Plan p;
@@ -240,6 +251,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   Plan const p = plan_of<Z>(task, rt);
   if (p.qlen <= 0 || p.t0 >= p.t1) return;
   int const z = task.grid_idx[2], x = task.grid_idx[0];
+  if (Z > 1 && p.mode == kModeKeys && tid == 0)  // the split count's word made current now, off the end's chain
+    atomicMax(reinterpret_cast<unsigned long long *>(task.input<float>(5)) + x * H_KV + y, split_count_tag(rt));
   int const warp = tid / kWarpSize, lane = tid % kWarpSize, g = lane / 4, t = lane % 4;
   T const *in = task.input<T const>(0);
   T const *q_norm = task.input<T const>(1);
@@ -539,15 +552,15 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       for (int row = tid; row < rows; row += kThreads) part_of(p.t0 + row / G, row % G, z)[D] = -INFINITY;
     sync();
     if (tid == 0) {
-      // Count this split done on a word of launch id (32 bits) | iteration (16) | count (16). A word
-      // of another tag, or with a full count, is stale (an earlier iteration, a fresh workspace).
-      // One atomicAdd counts the split when the word is current: the Z splits finish together, and
-      // a compare-and-swap loop would make them retry one after another. The first split of an
-      // iteration (or several at once) adds to a stale word instead, whose count no one reads (it
-      // stays below 2 Z, far from the tag bits); they restart it with this tag by compare-and-swap.
+      // Count this split done on its word (split_count_tag). One atomicAdd counts the split when
+      // the word is current, as the start's atomicMax made it: the Z splits finish together, and a
+      // compare-and-swap loop would make them retry one after another (6.8 us for the last of 16 on
+      // an H100, when every split found the word stale). A split that still adds to a stale word
+      // (a wrapped tag, a body run alone twice) finds out from the value returned, whose count no
+      // one reads (it stays below 2 Z, far from the tag bits), and restarts the word by
+      // compare-and-swap.
       auto *counter = reinterpret_cast<unsigned long long *>(ws) + x * H_KV + y;
-      unsigned long long const tag = (static_cast<unsigned long long>(rt.launch_id) << 32) |
-                                     (static_cast<unsigned long long>(rt.iteration & 0xffffu) << 16);
+      unsigned long long const tag = split_count_tag(rt);
       auto current = [&](unsigned long long w) { return (w & ~0xffffull) == tag && (w & 0xffffull) < Z; };
       __threadfence();  // this task's partials before its count
       unsigned long long seen = atomicAdd(counter, 1ull), next = seen + 1;

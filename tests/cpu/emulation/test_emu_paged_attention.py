@@ -32,10 +32,12 @@ def load(targs: list, arch: str, race: bool) -> host_runner.HostModule:
     return host_runner.load(source, arch, "paged_attention_host", race_check=race)
 
 
-def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, pairs=False, shuffle=False, seed=0, race=False):
+def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, pairs=False, shuffle=False, seed=0,
+              race=False, counters=None):  # fmt: skip
     """Every task of one layer over a batch of (prompt, history) requests, in a shuffled order; the
     output, caches and meta, and the reference's BatchResult. pairs: grid y = kv_heads / 2 (two kv
-    heads a task, on the two halves of the warps)."""
+    heads a task, on the two halves of the warps). counters: what the workspace's split-count words
+    hold before the layer (int64 values; default: zeros, a fresh workspace)."""
     torch.manual_seed(seed)
     first = [p - h if p > h else 1 for p, h in requests]
     tokens, slots = sum(first) + 2, len(requests) + 1  # an idle row and an unused slot
@@ -68,6 +70,8 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
     want = ref(x, k_cache, v_cache, q_norm, k_norm, cos, sin, m["qo_indptr_buffer"], m["paged_kv_indptr_buffer"],
                m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"], output=out)  # fmt: skip
     ws = torch.zeros(max(4, workspace_floats(tokens, slots, heads, kv_heads, d, splits)), dtype=torch.float32)
+    if counters is not None:  # the first slots * kv_heads int64 words: one per (request slot, kv head)
+        ws.view(torch.int64)[: slots * kv_heads] = counters
     meta_struct, batch_struct = abi.meta_struct(m), abi.batch_struct(batch)
     per_task = 2 if pairs else 1
     tasks = [(a, b, c) for a in range(slots) for b in range(kv_heads // per_task) for c in range(splits)]
@@ -144,3 +148,25 @@ def test_no_race_between_the_halves_of_a_pair():
     module = load(["__nv_bfloat16", 128, 4, 2, 2, 2], "sm90", race=True)
     requests = ((1, 200), (1, 30), (12, 4))
     check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=2, splits=2, page_size=16, pairs=True, race=True))
+
+
+# The split count's word: launch id (32 bits) | iteration (16) | count (16); the host runs every task
+# as launch 1, iteration 0.
+TAG = 1 << 32
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        pytest.param(TAG | 2, id="this_tag_full"),  # the same layer run twice (a body run alone twice)
+        pytest.param((7 << 32) | (3 << 16) | 1, id="later_tag"),  # a wrapped iteration: the start's atomicMax keeps it
+        pytest.param((0 << 32) | (9 << 16) | 1, id="earlier_tag"),  # an earlier launch: the start's atomicMax replaces it
+    ],
+)
+def test_split_count_from_a_stale_word(word):
+    """Splits count themselves done on a tagged word that each split's atomicMax makes current at its
+    start. When it cannot (a stale word with a later tag), every split's add lands on the stale word
+    and the compare-and-swap path restarts it: the merge still happens exactly once, and right."""
+    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=False)
+    shape = dict(head_dim=64, group=4, kv_heads=1, splits=2, page_size=16)
+    check(*run_layer(module, ((1, 40), (1, 90)), **shape, counters=word))
