@@ -49,6 +49,13 @@ def find_reference(function: str, search: list[Path] | None = None, layer: str |
     return find(function, search=search, layer=layer)
 
 
+def find_reference_in(function: str, search: list[Path] | None = None, layer: str | None = None) -> tuple[Any, Path]:
+    """``find_reference``, and the ``pytorch_reference.py`` it took the function from."""
+    from .tasks.references import find_in
+
+    return find_in(function, search=search, layer=layer)
+
+
 def read_compile_output(directory: str | Path, rank: int) -> Any:
     from .build.artifacts import read
 

@@ -3,6 +3,8 @@ one form the comparison takes (a dict of output name -> value), or a GoldenError
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,17 @@ def golden_of(scene: SceneTestCase, layer: str, search: list[Path]) -> str:
     the reference function that golden() calls and the file that defines it."""
     if getattr(scene, "compute_golden", None) is not None:
         return f"{type(scene).__name__}.compute_golden"
-    fn = harness.find_reference(layer, search=search)
-    code = getattr(fn, "__code__", None)  # a plain function; another callable (a functools.partial) has no file
-    return f"{layer}(){f' of {code.co_filename}' if code else ''} ({type(scene).__name__} defines no compute_golden)"
+    fn, module = harness.find_reference_in(layer, search=search)
+    return f"{layer}() of {_source_file(fn) or module} ({type(scene).__name__} defines no compute_golden)"
+
+
+def _source_file(fn: Any) -> str | None:
+    """The file that defines ``fn`` (through functools.partial and decorators that keep __wrapped__),
+    which may be a module the reference file imported it from; None for a callable object or a
+    builtin, whose reference file is then named instead."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    try:
+        return inspect.getsourcefile(inspect.unwrap(fn))
+    except TypeError:
+        return None

@@ -38,13 +38,18 @@ def load_module(path: Path) -> ModuleType:
 def find(function: str, search: list[Path] | None = None, layer: str | None = None) -> Callable:
     """The reference ``function``: from the first ``pytorch_reference.py`` in ``search`` that defines
     it, else from ``reference/<layer>/`` (``layer`` defaults to the function's name)."""
+    return find_in(function, search, layer)[0]
+
+
+def find_in(function: str, search: list[Path] | None = None, layer: str | None = None) -> tuple[Callable, Path]:
+    """``find``, and the ``pytorch_reference.py`` it took the function from."""
     candidates = [d / "pytorch_reference.py" for d in (search or [])]
     candidates.append(REFERENCE_ROOT / (layer or function) / "pytorch_reference.py")
     for path in candidates:
         if path.is_file():
             fn = getattr(load_module(path), function, None)
             if callable(fn):
-                return fn
+                return fn, path
     tried = ", ".join(str(p) for p in candidates)
     raise GraphError(
         f"no reference function {function!r} found (looked in {tried}); define "

@@ -213,13 +213,32 @@ def test_reference_gets_inputs_and_inouts_by_name(tmp_path) -> None:
 
 def test_golden_of_names_the_function_and_its_file(tmp_path) -> None:
     """What a failure's ``golden:`` line says: the scene's compute_golden, else the reference function
-    golden() calls and the file that defines it (a callable that is no plain function, by name)."""
+    golden() calls and the file that defines it: through a functools.partial or a decorator, the
+    wrapped function's file (here a module the reference imports it from); for a callable object,
+    the reference file that provides it."""
     assert golden_of(_Scene(1), "rmsnorm", [tmp_path]) == "_Scene.compute_golden"
     norm = golden_of(types.SimpleNamespace(), "rmsnorm", [tmp_path])
     assert norm.startswith("rmsnorm() of ") and norm.endswith(
         "reference/rmsnorm/pytorch_reference.py (SimpleNamespace defines no compute_golden)"
     )
-    (tmp_path / "pytorch_reference.py").write_text(
-        "import functools\n\ndef _scaled(x, s):\n    return x * s\n\nlayer = functools.partial(_scaled, s=2)\n"
+    ref = tmp_path / "pytorch_reference.py"
+    helpers = tmp_path / "golden_helpers_for_this_test.py"
+    helpers.write_text(
+        "import functools\n\ndef scaled(x, s):\n    return x * s\n\n"
+        "def logged(fn):\n    @functools.wraps(fn)\n    def call(*a, **k):\n        return fn(*a, **k)\n    return call\n"
     )
-    assert golden_of(types.SimpleNamespace(), "layer", [tmp_path]) == "layer() (SimpleNamespace defines no compute_golden)"
+    ref.write_text(
+        "import functools, importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('golden_helpers_for_this_test', {str(helpers)!r})\n"
+        "h = importlib.util.module_from_spec(spec); spec.loader.exec_module(h)\n"
+        "partial_layer = functools.partial(h.scaled, s=2)\n"
+        "wrapped_layer = h.logged(h.scaled)\n"
+        "class _Twice:\n    def __call__(self, x):\n        return 2 * x\n"
+        "object_layer = _Twice()\n"
+        "builtin_layer = abs\n"
+    )  # fmt: skip
+    tail = " (SimpleNamespace defines no compute_golden)"
+    assert golden_of(types.SimpleNamespace(), "partial_layer", [tmp_path]) == f"partial_layer() of {helpers}{tail}"
+    assert golden_of(types.SimpleNamespace(), "wrapped_layer", [tmp_path]) == f"wrapped_layer() of {helpers}{tail}"
+    assert golden_of(types.SimpleNamespace(), "object_layer", [tmp_path]) == f"object_layer() of {ref}{tail}"
+    assert golden_of(types.SimpleNamespace(), "builtin_layer", [tmp_path]) == f"builtin_layer() of {ref}{tail}"
