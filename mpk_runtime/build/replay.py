@@ -63,6 +63,7 @@ def plan(output_dir: str | Path, rank: int) -> ReplayPlan:
                 f"process ({', '.join(registry.names())}); import the module that registers it before replaying"
             )
         _check_layer(out, i)
+    _check_variants(out)
     out.edited = source_edit(out)
     return ReplayPlan(out, dict(sig.params), int(sig.arch[2:]))
 
@@ -81,6 +82,23 @@ def _check_layer(out: CompileOutput, i: int) -> None:
             f"{where}.values: {spec.name} needs the numbers {', '.join(spec.scalars)}, "
             f"missing {missing or 'none'}, not numbers {bad or 'none'}; recompile the directory"
         )
+
+
+def _check_variants(out: CompileOutput) -> None:
+    """A variant's call and shared memory expression must be what its task makes of its layers'
+    template arguments: the generated source says them again, and the slice references run the
+    graph as the layers describe it, so a call edited in the graph alone would not be what runs."""
+    where = f"{out.directory / f'task_graph_rank{out.signature.rank}.json'}"
+    layers = {layer.name: layer for layer in out.graph.layers}
+    for v in out.graph.variants:
+        targs = list(layers[v.layers[0]].template_args) if v.layers else []
+        made = Variant(v.id, registry.get(v.task), targs)
+        for field, saved, want in (("call", v.call, made.call), ("smem", v.smem, made.smem)):
+            if saved != want:
+                raise GraphError(
+                    f"{where}: variants[{v.id}].{field}: {saved!r}, but {v.task} with its layers' template arguments "
+                    f"gives {want!r}; recompile the directory (to try another instantiation, edit the source instead)"
+                )
 
 
 def source_edit(out: CompileOutput) -> str | None:

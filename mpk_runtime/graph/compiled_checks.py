@@ -3,13 +3,14 @@ checks those): every fact that the kernel, the emulator or the upload relies on,
 or hand-edited file is refused with the field that is wrong, never run with a slice outside its
 tensor, a dependency nothing waits for, or a worker that waits forever.
 
-- the arch and the placement policy: known ones; each variant's layers: layers of the graph;
+- the arch and the placement policy: known ones; each variant's layers: layers of the graph, of its
+  task and template arguments, in no other variant;
 - tensors: unique names, known dtypes and kinds;
 - layers: numbered in order, their tasks contiguous, as many as the grid has blocks, at most the
   inputs, outputs and scalars a descriptor carries, grids that divide the dimensions they split;
 - tasks: in their layer's range, a grid index inside the grid, and exactly the slices the layer's
   partitions give that grid index (so inside the tensor), with the byte offsets of a contiguous
-  tensor; a variant of the layer's task;
+  tensor; a variant that holds the task's layer;
 - schedule: queues in program order (a worker never waits on a task queued behind it), the end
   count, events whose trigger counts, producers and consumers agree with the tasks' triggers and
   waits, producers before consumers, and every dependency ordered: its producer runs earlier on
@@ -38,11 +39,7 @@ def check_compiled(g: CompiledGraph, where: str) -> None:
         raise fail("arch", f"unknown arch {g.arch!r}; expected one of {', '.join(archs.NAMES)}")
     if g.schedule.policy not in POLICIES:
         raise fail("schedule.policy", f"unknown policy {g.schedule.policy!r}; expected one of {', '.join(POLICIES)}")
-    names = {layer.name for layer in g.layers}
-    for v in g.variants:
-        unknown = [n for n in v.layers if n not in names]
-        if unknown:
-            raise fail(f"variants[{v.id}].layers", f"names layers {unknown}, which the graph does not have")
+    _check_variants(g, fail)
     tensors = _check_tensors(g, fail)
     cuts = [_check_layer(g, i, tensors, fail) for i in range(len(g.layers))]
     for t in g.tasks:
@@ -51,6 +48,30 @@ def check_compiled(g: CompiledGraph, where: str) -> None:
 
 
 Fail = Callable[[str, str], GraphError]
+
+
+def _check_variants(g: CompiledGraph, fail: Fail) -> None:
+    """A variant is one instantiation: its layers are layers of its task with the same template
+    arguments (the dispatcher instantiates its first layer's), and no layer is in two variants."""
+    layers = {layer.name: layer for layer in g.layers}
+    owner: dict[str, int] = {}
+    for v in g.variants:
+        path = f"variants[{v.id}].layers"
+        unknown = [n for n in v.layers if n not in layers]
+        if not v.layers:
+            raise fail(path, "names no layer; a variant is made for the layers that use it")
+        if unknown:
+            raise fail(path, f"names layers {unknown}, which the graph does not have")
+        other = [n for n in v.layers if layers[n].task != v.task]
+        if other:
+            raise fail(path, f"names {other}, which are not {v.task} layers")
+        targs = sorted({", ".join(layers[n].template_args) for n in v.layers})
+        if len(targs) > 1:
+            raise fail(path, f"names layers of different template arguments (<{'>, <'.join(targs)}>); one variant is one set")
+        twice = [n for n in v.layers if n in owner]
+        if twice:
+            raise fail(path, f"names {twice}, which variants[{owner[twice[0]]}] names too")
+        owner.update((n, v.id) for n in v.layers)
 
 
 def _check_tensors(g: CompiledGraph, fail: Fail) -> dict[str, TensorInfo]:
@@ -123,6 +144,8 @@ def _check_task(g: CompiledGraph, t: TaskInfo, tensors: dict[str, TensorInfo], c
         raise fail(
             f"{path}.variant", f"{t.variant} is a {g.variants[t.variant].task} variant; layer {layer.name} is {layer.task}"
         )
+    if layer.name not in g.variants[t.variant].layers:
+        raise fail(f"{path}.variant", f"{t.variant}, whose layers {list(g.variants[t.variant].layers)} leave out {layer.name}")
     for kind, slices, direction in (("inputs", t.inputs, "IN"), ("outputs", t.outputs, "OUT")):
         args = [(a, cut) for a, cut in zip(layer.args, cuts) if a.direction == direction]
         if len(slices) != len(args):

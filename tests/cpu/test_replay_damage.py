@@ -1,7 +1,8 @@
 """Replays of compile output directories damaged in ways test_replay_inputs.py does not cover: JSON
 that Python cannot even parse into values, empty or misplaced meta files, a layer whose opcode or
-scalar values are not its task's, derived tensors whose recipe cannot be applied, the wrong kind of
-``tensors`` or ``rank``, and a source that lost the runtime's entry points. Each is an MpkError that
+scalar values are not its task's, variants that are not the instantiation their layers make,
+derived tensors whose recipe cannot be applied, the wrong kind of ``tensors`` or ``rank``, and a
+source that lost the runtime's entry points. Each is an MpkError that
 names the file (or argument) and the fix, never a raw exception from deep inside."""
 
 from __future__ import annotations
@@ -119,3 +120,70 @@ def test_a_source_without_the_runtimes_entry_points(saved):
             pk.compile()
     finally:
         pk.finalize()
+
+
+VARIANT_FAULTS = {  # the fixture's two layers are two variants: rmsnorm of 2 and of 4 rows a task
+    "a call edited in the graph alone": (
+        lambda g: g["variants"][0].update(call="rmsnorm_v2<__nv_bfloat16, 2, 64>(task, rt);"),
+        r"variants\[0\]\.call: 'rmsnorm_v2<__nv_bfloat16, 2, 64>\(task, rt\);', but rmsnorm with its layers' template "
+        r"arguments gives 'mpk::tasks::rmsnorm<__nv_bfloat16, 2, 64>\(task, rt\);'; recompile the directory \(to try "
+        r"another instantiation, edit the source instead\)",
+    ),
+    "template arguments edited in a layer alone": (
+        lambda g: g["layers"][1].update(template_args=["__half", "4", "64"]),
+        r"variants\[1\]\.call: 'mpk::tasks::rmsnorm<__nv_bfloat16, 4, 64>\(task, rt\);', but rmsnorm with its layers' "
+        r"template arguments gives 'mpk::tasks::rmsnorm<__half, 4, 64>\(task, rt\);'",
+    ),
+    "a shared memory expression edited": (
+        lambda g: g["variants"][1].update(smem="4096"),
+        r"variants\[1\]\.smem: '4096', but rmsnorm with its layers' template arguments gives None",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", VARIANT_FAULTS, ids=list(VARIANT_FAULTS))
+def test_a_variant_that_is_not_what_its_layers_make(saved, fault):
+    """The source is generated from a variant's task and its layers' template arguments; a graph
+    whose variant says another call is refused, not replayed as if that call ran."""
+    change, message = VARIANT_FAULTS[fault]
+    edit(graph_file(saved), change)
+    with pytest.raises(GraphError, match=rf"^{re.escape(str(graph_file(saved)))}: {message}"):
+        replay.plan(saved, 0)
+
+
+STRUCTURE_FAULTS = {
+    "layers of one variant with different template arguments": (
+        lambda g: g["variants"][1].update(layers=["rmsnorm_1", "rmsnorm_0"]),
+        r"variants\[1\]\.layers: names layers of different template arguments "
+        r"\(<__nv_bfloat16, 2, 64>, <__nv_bfloat16, 4, 64>\); one variant is one set",
+    ),
+    "a variant of another task": (
+        lambda g: g["variants"][0].update(task="silu_mul"),
+        r"variants\[0\]\.layers: names \['rmsnorm_0'\], which are not silu_mul layers",
+    ),
+    "a variant of no layer": (
+        lambda g: g["variants"][1].update(layers=[]),
+        r"variants\[1\]\.layers: names no layer; a variant is made for the layers that use it",
+    ),
+    "a layer in two variants": (
+        lambda g: (
+            g["layers"][1].update(template_args=["__nv_bfloat16", "2", "64"]),
+            g["variants"][1].update(layers=["rmsnorm_1", "rmsnorm_0"]),
+        ),
+        r"variants\[1\]\.layers: names \['rmsnorm_0'\], which variants\[0\] names too",
+    ),
+    "a task of a variant that leaves out its layer": (
+        lambda g: g["tasks"][4].update(variant=0),
+        r"tasks\[4\]\.variant: 0, whose layers \['rmsnorm_0'\] leave out rmsnorm_1",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", STRUCTURE_FAULTS, ids=list(STRUCTURE_FAULTS))
+def test_a_variant_that_is_not_one_instantiation(saved, fault):
+    """A variant is one instantiation of its task, and the tasks of its layers run it; a graph that
+    says otherwise is refused when it is read."""
+    change, message = STRUCTURE_FAULTS[fault]
+    edit(graph_file(saved), change)
+    with pytest.raises(GraphError, match=rf"^{re.escape(str(graph_file(saved)))}: {message}"):
+        artifacts.read(saved, 0)

@@ -140,7 +140,7 @@ def synthetic(deps: dict[int, list[tuple[int, str]]]) -> dict:
                 "args": [],
             }
         ][: 1 if n else 0],
-        "variants": [{"id": 0, "task": "noop", "call": "noop<>(task, rt);"}],
+        "variants": [{"id": 0, "task": "noop", "call": "noop<>(task, rt);", "layers": ["noop_0"]}][: 1 if n else 0],
         "tasks": [
             {
                 "id": i,
