@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 
+from .. import memory
 from ..errors import ConfigError
 from . import grids as grid_plan
 from .config import Qwen3Config
-from .qwen3 import Qwen3Graph, build_qwen3
+from .qwen3 import Qwen3Graph, build_qwen3, cache_needs
 
 DEFAULT_PAGE_SIZE = 16
 DEFAULT_MAX_BATCH_TOKENS = 16  # one 16-row mma tile: decode steps stream the weights at full speed
@@ -56,6 +57,12 @@ def generation_params(
             f"pass max_batch_tokens >= {len(rows)}"
         )
     seq = longest + max_new_tokens
+    need = memory.tensor_need("the tokens meta tensor", (len(rows), seq), torch.int64)
+    plural = "s" if len(rows) != 1 else ""
+    need = need.renamed(f"{len(rows)} row{plural} of the longest prompt's {longest} + max_new_tokens={max_new_tokens} tokens")
+    fix = f"ask for fewer new tokens than max_new_tokens={max_new_tokens}"
+    for where in {torch.device("cpu"), torch.device(device)}:  # made on the host, then moved
+        memory.check([need], where, "generate", fix)
     tokens = torch.zeros(len(rows), seq, dtype=torch.int64)
     for r, p in enumerate(rows):
         tokens[r, : len(p)] = torch.tensor(p, dtype=torch.int64)
@@ -161,6 +168,13 @@ class Qwen3Generator:
         if not off_gpu and "num_workers" not in init_params:
             params["num_workers"], params["num_local_schedulers"] = get_configurations_from_gpu(device.index)
         gen = generation_params(prompts, max_new_tokens, device, page_size, max_batch_tokens, config.vocab_size)
+        memory.check(  # before the kernel's own allocations: the cache is sized by the prompts and max_new_tokens
+            cache_needs(config, gen["max_num_pages"], page_size, gen["max_seq_length"]),
+            device,
+            "Qwen3Generator",
+            f"ask for fewer new tokens than max_new_tokens={max_new_tokens} (each prompt's cache holds the longest "
+            f"prompt's {gen['max_seq_length'] - max_new_tokens} + max_new_tokens tokens)",
+        )
         params.update(gen)
         params.update(init_params)
         self.prompt_lengths: list[int] = gen["meta_tensors"]["prompt_lengths"].tolist()

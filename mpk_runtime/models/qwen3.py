@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .. import memory
 from ..errors import ConfigError
 from ..tasks import moe_w2_mul_sum_add
 from ..tasks.moe_topk_w13_linear import MAX_SLOTS as MAX_ROUTING_SLOTS
@@ -87,7 +88,29 @@ def build_qwen3(
             f"mpk_runtime.models.grids.plan(config, ...) and change a layer with dataclasses.replace(g, qkv=...)"
         )
     grids.check(config)
+    memory.check(
+        cache_needs(config, p.max_num_pages, p.page_size, p.max_seq_length),
+        pk.device,
+        "build_qwen3",
+        f"use a shorter max_seq_length (now {p.max_seq_length}) or fewer max_num_pages (now {p.max_num_pages})",
+    )
     return _Builder(pk, config, weights, grids).build()
+
+
+def cache_needs(config: Qwen3Config, max_num_pages: int, page_size: int, max_seq_length: int) -> list[memory.Need]:
+    """What build_qwen3 allocates besides the weights: each layer's K and V cache of max_num_pages
+    pages, and the RoPE tables of max_seq_length positions."""
+    cache = (max_num_pages, page_size, config.num_key_value_heads, config.head_dim)
+    layers = config.num_hidden_layers
+
+    def times(what: str, count: int, shape: tuple[int, ...]) -> memory.Need:
+        one = memory.tensor_need("", shape, config.dtype)  # " (bf16 [...])"
+        return memory.Need(f"{what} ({count} x {one.what.strip()[1:]}", count * one.nbytes)
+
+    return [
+        times(f"the K and V caches of {layers} layer{'s' if layers != 1 else ''}", 2 * layers, cache),
+        times("the RoPE cos and sin tables", 2, (max_seq_length, config.head_dim)),
+    ]
 
 
 class _Builder:

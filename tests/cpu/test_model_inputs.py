@@ -236,6 +236,44 @@ def test_meta_weights_cannot_run():
         build_qwen3(pk, c, meta_weights(c))
 
 
+def test_a_tokens_tensor_past_the_memory_budget_names_max_new_tokens(monkeypatch):
+    """The tokens meta tensor holds every prompt's row of the longest prompt + max_new_tokens: past
+    the memory budget, generate says so before allocating it."""
+    monkeypatch.setenv("MPK_MEMORY_LIMIT", "1M")
+    with pytest.raises(
+        mpk.MemoryBudgetError,
+        match=r"^generate: the tokens meta tensor \(i64 \[2, 200002\]: 2 rows of the longest prompt's 2 \+ "
+        r"max_new_tokens=200000 tokens\) needs 3.05 MiB of host memory, more than the 1 MiB set by MPK_MEMORY_LIMIT; "
+        r"ask for fewer new tokens than max_new_tokens=200000, or set MPK_MEMORY_LIMIT",
+    ):
+        generation_params([[1, 2], [3]], 200_000)
+
+
+def test_a_cache_past_the_memory_budget_names_max_new_tokens(monkeypatch):
+    """The KV cache is sized by the prompts and max_new_tokens: past the memory budget the generator
+    says so before the kernel allocates anything (10**8 new tokens of the tiny model had ended in
+    torch's allocator failing to find 25.6 GB)."""
+    monkeypatch.setenv("MPK_MEMORY_LIMIT", "64M")
+    with pytest.raises(
+        mpk.MemoryBudgetError,
+        match=r"^Qwen3Generator: the K and V caches of 2 layers \(4 x bf16 \[62501, 16, 2, 64\]\) needs 977 MiB "
+        r"\(1.19 GiB in all with 1 more\) of host memory, more than the 64 MiB set by MPK_MEMORY_LIMIT; ask for fewer "
+        r"new tokens than max_new_tokens=1000000 \(each prompt's cache holds the longest prompt's 2 \+ max_new_tokens tokens\)",
+    ):
+        generator(new=10**6)
+
+
+def test_build_qwen3_checks_its_cache_against_the_memory_budget(monkeypatch):
+    pk = kernel(max_seq_length=2**20, max_num_pages=2**16, page_size=16)
+    monkeypatch.setenv("MPK_MEMORY_LIMIT", "64M")
+    with pytest.raises(
+        mpk.MemoryBudgetError,
+        match=r"^build_qwen3: the K and V caches of 2 layers \(4 x bf16 \[65536, 16, 2, 64\]\) needs 1 GiB .*; use a "
+        r"shorter max_seq_length \(now 1048576\) or fewer max_num_pages \(now 65536\), or set MPK_MEMORY_LIMIT",
+    ):
+        build_qwen3(pk, Qwen3Config(**TINY), meta_weights(Qwen3Config(**TINY)))
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
