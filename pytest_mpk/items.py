@@ -90,6 +90,14 @@ class SceneClass(pytest.Collector):
             )
         given = [k for c in cases for k in c.params]
         keys = tuple(dict.fromkeys([*declared, *defaults, *sorted(dict.fromkeys(given), key=lambda k: -given.count(k))]))
+        if self.world_size > 1:  # the harness gives each rank these two: a case's own would be overwritten
+            named = {k for c in cases for k in c.params} | set(defaults) | set(declared)
+            reserved = sorted(named & {"rank", "world_size"})
+            if reserved:
+                raise self.CollectError(
+                    f"{where}: {reserved} are set by the harness on a scene of {self.world_size} ranks (each rank gets "
+                    f"its own rank, and world_size {self.world_size}); name the case parameter otherwise"
+                )
         for c in cases:
             self._check_case_keys(c, keys, declared, defaults)
             if c.raises is not None and self.world_size > 1:

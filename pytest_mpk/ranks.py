@@ -29,8 +29,8 @@ import torch
 
 import mpk_runtime as mpk
 
-from . import devices
-from .compare import poison
+from . import devices, guards
+from .compare import GoldenError, poison
 from .goldens import as_outputs, compare_outputs, golden_of
 from .runner import SceneFailure, Setup, generate, kernel_params
 from .scene import Case, InOut, Out, PerRank, SceneError, SceneTestCase, scene_info
@@ -54,7 +54,10 @@ class _Rank:
         self.args = generate(scene, params, seed)
         self.outs = [n for n, v in self.args.items() if isinstance(v, Out)]
         if not self.outs:
-            raise TypeError(f"{type(scene).__name__}.generate_args returned no Out or InOut tensor")
+            raise SceneError(
+                f"{type(scene).__name__}.generate_args returned no Out or InOut tensor; wrap each output, "
+                f"e.g. 'output': Out(torch.empty(...))"
+            )
         meta = [n for n in self.outs if self.args[n].meta]
         if meta:  # the one-rank run hands them to the kernel as its meta tensors; the ranks' run does not
             raise SceneError(
@@ -63,12 +66,14 @@ class _Rank:
                 f"in kernel_params' meta_tensors, or test them in a one-rank scene"
             )
         self.inputs = {n: (v.tensor if isinstance(v, Out) else v).detach().clone() for n, v in self.args.items()}
-        self.tensors = {}
-        for name, v in self.args.items():
-            t = (v.tensor if isinstance(v, Out) else v).to(device).contiguous().clone()
+        self.tensors, self.guarded = {}, {}
+        for name, v in self.args.items():  # as a one-rank case has them: between guard zones, strides kept
+            t, zones = guards.allocate(v.tensor if isinstance(v, Out) else v, device)
             if isinstance(v, Out) and not isinstance(v, InOut):
                 poison(t)
             self.tensors[name] = t
+            if zones is not None:
+                self.guarded[name] = zones
         self.before = {n: self.tensors[n].detach().cpu().clone() for n in self.outs}
         self.pk: Any = None
 
@@ -97,18 +102,32 @@ def goldens(scene: SceneTestCase, ranks: list[types.SimpleNamespace], params: di
     if compute is None:
         raise TypeError(f"{type(scene).__name__} runs on {len(ranks)} ranks and must define compute_golden(self, args, params)")
     result = compute(types.SimpleNamespace(ranks=ranks, world_size=len(ranks)), dict(params))
+    where = f"{type(scene).__name__}.compute_golden"
     if isinstance(result, PerRank):
         if len(result.values) != len(ranks):
-            raise TypeError(f"compute_golden returned PerRank of {len(result.values)} values for {len(ranks)} ranks")
-        return [as_outputs(v, outs) for v in result.values]
-    return [as_outputs(result, outs)] * len(ranks)
+            raise GoldenError(
+                f"{where}: returned PerRank of {len(result.values)} values for {len(ranks)} ranks; give one per rank, "
+                f"in rank order"
+            )
+        return [as_outputs(v, outs, f"rank {r}: {where}") for r, v in enumerate(result.values)]
+    if isinstance(result, list) and len(result) == len(ranks) != len(outs):
+        raise GoldenError(
+            f"{where}: returned a list of {len(result)} values for the {len(outs)} output(s) {outs}; for one golden per "
+            f"rank return PerRank([...]) (a list is the outputs in order)"
+        )
+    return [as_outputs(result, outs, where)] * len(ranks)
 
 
 def _check(scene: SceneTestCase, case: Case | None, rk: _Rank, expected: dict) -> str | None:
+    """One rank's outputs against its golden, and what a one-rank case checks beside them: the guard
+    zones, the inputs bit for bit, the output elements no task writes."""
     actual = {n: rk.tensors[n].detach().cpu() for n in rk.outs}
+    graph = rk.pk.compiled_graph
+    inputs = {n: rk.inputs[n] for n, v in rk.args.items() if not isinstance(v, Out)}
     try:
         where = golden_of(scene, scene_info(type(scene)).layer, [])  # compute_golden: a multi-rank scene defines it
-        compare_outputs(scene, where, case, rk.outs, actual, expected, rk.before)
+        damage = guards.after_run(rk.guarded, inputs, rk.tensors, rk.before, graph)
+        guards.raise_with(damage, lambda: compare_outputs(scene, where, case, rk.outs, actual, expected, rk.before, graph))
     except AssertionError as e:
         return str(e)
     return None
@@ -143,7 +162,7 @@ def run_in_process(
             rk.build(scene, p, _init(scene, p, setup, r, world))
             rk.pk.compile(output_dir=setup.artifacts)
             ranks.append(rk)
-        except (AssertionError, mpk.MpkError) as e:
+        except (AssertionError, mpk.MpkError, SceneError) as e:
             failures[r] = f"{type(e).__name__}: {e}"
     if failures:
         raise _failure(failures, setup, params, world, "in one process")
@@ -166,7 +185,10 @@ def _emulate_and_check(
         mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed)
     except mpk.MpkError as e:
         raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
-    expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+    try:
+        expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+    except AssertionError as e:  # a GoldenError: a golden of the wrong form
+        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
     failures: dict[int, str] = {}
     for r, rk in enumerate(ranks):
         if mine is None or r == mine:

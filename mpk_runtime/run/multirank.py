@@ -25,6 +25,7 @@ from ..tasks.spec import EmulationContext, TaskFailure
 from . import batching, diagnostics
 from .emulated_tasks import slice_view
 from .emulator import EmulatedRun
+from .rank_match import first_difference, matching_parts
 
 
 class RankEmulatedKernel:
@@ -71,11 +72,16 @@ def run_ranks(kernels: list[RankEmulatedKernel], seed: int = 0, hold: set[tuple[
     for r, k in enumerate(kernels):
         if (k.rank, k.world_size) != (r, world):
             raise RankError(f"run_ranks: kernels[{r}] is rank {k.rank} of {k.world_size}; pass the {world} ranks in rank order")
-    shape = _shape(kernels[0].graph)
+    first = matching_parts(kernels[0].graph)
     for k in kernels[1:]:
-        if _shape(k.graph) != shape:
+        found = first_difference(first, matching_parts(k.graph))
+        if found:
+            where, mine, theirs = found
             raise RankError(
-                f"rank {k.rank} built a different task graph or schedule than rank 0: every rank must build the same", [k.rank]
+                f"rank {k.rank} built a different task graph or schedule than rank 0: {where} is {_cut(theirs)} on "
+                f"rank {k.rank}, {_cut(mine)} on rank 0; every rank must declare the same tensors and layers (names, "
+                f"shapes, grids) with the same num_workers",
+                [k.rank],
             )
     for k in kernels:
         for t in k.graph.tensors:
@@ -99,13 +105,9 @@ def run_ranks(kernels: list[RankEmulatedKernel], seed: int = 0, hold: set[tuple[
     return [EmulatedRun(iteration, order) for order in orders]
 
 
-def _shape(graph: CompiledGraph) -> tuple:
-    s = graph.schedule
-    return (
-        tuple((layer.task, layer.grid, layer.template_args) for layer in graph.layers),
-        s.queues,
-        tuple((e.producers, e.consumers) for e in s.events),
-    )
+def _cut(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ..errors import ConfigError, KernelError, RankError
 from ..graph.compiled import CompiledGraph
 from .bootstrap import MpiWorld
 from .launcher import Module
+from .rank_match import matching_parts
 
 ALIGN = 256  # bytes: every tensor of the heap starts on a 256-byte boundary
 _ERR = 512
@@ -58,11 +59,10 @@ def fingerprint(graph: CompiledGraph, layout: HeapLayout) -> dict[str, str]:
     def digest(value: object) -> str:
         return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
-    data = graph.to_json()
-    tasks = [{k: v for k, v in t.items() if k not in ("inputs", "outputs")} for t in data["tasks"]]
+    parts = matching_parts(graph)
     return {
-        "layers": digest([data["tensors"], data["layers"]]),
-        "schedule": digest([tasks, data["schedule"]]),
+        "layers": digest([parts["tensors"], parts["layers"]]),
+        "schedule": digest([parts["tasks"], parts["schedule"]]),
         "heap": digest([layout.offsets, layout.signals, layout.nbytes]),
     }
 

@@ -49,9 +49,7 @@ class ArgmaxPartial(TaskSpec):
 
         v, i = references.find("argmax_partial")(inputs["input"], num_parts=1)
         outputs["values"].copy_(v)
-        outputs["indices"].copy_(i + self._offset(inputs["input"]))
-
-    @staticmethod
-    def _offset(view: torch.Tensor) -> int:
-        # The slice's first global column: views of a contiguous (batch, vocab) tensor.
-        return int(view.storage_offset()) % view.stride(0)
+        # Global indices: the task's chunk starts at column grid x * its width (the grid divides the
+        # vocabulary). Not from the view's storage offset, which also counts where the whole tensor
+        # starts in its storage (a view of a larger buffer).
+        outputs["indices"].copy_(i + ctx.grid_idx[0] * inputs["input"].shape[1])

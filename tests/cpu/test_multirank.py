@@ -118,16 +118,36 @@ def test_one_kernel_instead_of_a_list_is_an_error():
         mpk.run_emulated_ranks(kernels[0])
 
 
-def test_ranks_that_built_different_graphs_are_an_error():
-    kernels = []
-    for r, grid in ((0, (4, 1, 1)), (1, (2, 1, 1))):
-        pk = rank_kernel(r, 2)
-        buf = pk.new_comm_tensor((2, 2, 4, 128), torch.bfloat16, "buf")
-        x, o = (pk.attach_input(torch.zeros(4, 128, dtype=torch.bfloat16), n) for n in "xo")
-        pk.allreduce_layer(x, buf, o, grid_dim=grid, block_dim=pk.block_dim)
-        pk.compile()
-        kernels.append(pk)
-    with pytest.raises(mpk.RankError, match="rank 1 built a different task graph or schedule than rank 0"):
+def _allreduce_rank(r: int, grid=(4, 1, 1), buffer="buf", rows=4, extra=None):
+    pk = rank_kernel(r, 2)
+    buf = pk.new_comm_tensor((2, 2, rows, 128), torch.bfloat16, buffer)
+    x, o = (pk.attach_input(torch.zeros(rows, 128, dtype=torch.bfloat16), n) for n in "xo")
+    if extra:
+        pk.attach_input(torch.zeros(8, dtype=torch.bfloat16), extra)
+    pk.allreduce_layer(x, buf, o, grid_dim=grid, block_dim=pk.block_dim)
+    pk.compile()
+    return pk
+
+
+@pytest.mark.parametrize(
+    "rank1, where",
+    [
+        (dict(grid=(2, 1, 1)), r"layers\[0\]\.grid\[0\] is 2 on rank 1, 4 on rank 0"),
+        (dict(buffer="buf1"), r"tensors\[0\]\.name is 'buf1' on rank 1, 'buf' on rank 0"),
+        (dict(extra="junk"), r"tensors \(length\) is 4 on rank 1, 3 on rank 0"),
+    ],
+    ids=["grid", "a tensor's name", "a tensor only rank 1 has"],
+)
+def test_ranks_that_built_different_graphs_are_an_error(rank1, where):
+    """What the GPU ranks compare by digest (transport.fingerprint: tensors, layers, schedule), the
+    emulator compares too, and names the first difference: a tensor that one rank alone declares,
+    or names differently, had run (or ended in a KeyError) emulated while the GPU refused it."""
+    kernels = [_allreduce_rank(0), _allreduce_rank(1, **rank1)]
+    with pytest.raises(
+        mpk.RankError,
+        match=rf"^rank 1 built a different task graph or schedule than rank 0: {where}; every rank must declare the same "
+        r"tensors and layers \(names, shapes, grids\) with the same num_workers",
+    ):
         mpk.run_emulated_ranks(kernels)
 
 

@@ -58,3 +58,30 @@ def test_generation_matches_the_slice_references(seed):
         assert torch.equal(bodies[name], references[name]), f"{name}: {bodies[name]} vs {references[name]}"
     steps = bodies["step"].tolist()
     assert all(s > p for s, p in zip(steps, [3, 5, 2])), f"every request generated tokens: {steps}"
+
+
+@pytest.mark.parametrize("emulate", [True, "reference"], ids=["bodies", "slice references"])
+def test_argmax_of_logits_that_start_inside_their_storage(emulate):
+    """The partial argmax's indices are global columns whatever storage the logits are a view of. The
+    slice reference took them from the view's storage offset, so logits that start inside a larger
+    buffer (the multi-rank harness's guard zones: 128 columns in) gave indices off by that much."""
+    torch.manual_seed(3)
+    store = torch.randn(4 * VOCAB + 3 * VOCAB + 5, dtype=torch.bfloat16)
+    logits = store[3 * VOCAB + 5 :].view(4, VOCAB)  # contiguous, storage offset 3 * VOCAB + 5
+    p = mpk.PersistentKernel.get_default_init_parameters()
+    p.update(test_mode=True, target_cc=90, emulate=emulate, num_workers=2, max_num_batched_tokens=4)
+    pk = mpk.PersistentKernel(**p)
+    values = pk.new_tensor((4, 4), torch.float32, "values")
+    indices = pk.new_tensor((4, 4), torch.int64, "indices")
+    out = pk.attach_input(torch.full((4,), -1, dtype=torch.int64), "out")
+    bd = pk.block_dim
+    pk.argmax_partial_layer(
+        input=pk.attach_input(logits, "logits"), values=values, indices=indices, grid_dim=(4, 1, 1), block_dim=bd
+    )
+    pk.argmax_reduce_layer(values=values, indices=indices, output=out, grid_dim=(1, 1, 1), block_dim=bd)
+    pk.compile()
+    pk()
+    pk.synchronize()
+    got = pk.tensor("out").clone()
+    pk.finalize()
+    assert torch.equal(got, torch.argmax(logits.float(), dim=-1)), f"{got} vs {torch.argmax(logits.float(), dim=-1)}"

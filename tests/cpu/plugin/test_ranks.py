@@ -199,3 +199,151 @@ def test_under_mpirun_xdist_is_off_so_every_rank_runs_every_item_in_step(pyteste
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["mpk: 2 ranks under MPI: pytest-xdist is off (each rank runs every item in step)"])
     result.stdout.no_fnmatch_line("*created: 2/2 workers*")
+
+
+def test_every_rank_gets_the_one_rank_checks_of_inputs(pytester: pytest.Pytester, scenes, sums) -> None:
+    """A kernel that overwrites an input fails on every rank it does it on, as a one-rank case does,
+    even when the outputs match the golden (here, an all-reduce of the all-reduce's own result)."""
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import scene_test
+        from sums import SumScene, total
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def build(self, pk, t, params):
+                buf = pk.new_comm_tensor((2, pk.world_size, 2, 64), torch.float32, "buf")
+                pk.allreduce_layer(t.input, buf, t.output, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+                again = pk.new_comm_tensor((2, pk.world_size, 2, 64), torch.float32, "again")
+                pk.allreduce_layer(t.output, again, t.input, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 0: input 'input' changed: * elements (first at (0, 0)), but no task writes an input;*",
+            "rank 1: input 'input' changed: *",
+        ]
+    )
+
+
+def test_a_non_contiguous_input_is_refused_on_every_rank(pytester: pytest.Pytester, scenes, sums) -> None:
+    """The harness attaches what generate_args made, as a one-rank case does: never made contiguous
+    behind the scene's back."""
+    pytester.makepyfile(
+        test_scene="""
+        import torch
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def generate_args(self, params):
+                args = super().generate_args(params)
+                args["input"] = args["input"].t().contiguous().t()
+                return args
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "rank 0: LayoutError: tensor 'input' with shape (2, 64) and strides (1, 2) is not contiguous; "
+            "pass tensor.contiguous()",
+            "rank 1: LayoutError: *",
+        ]
+    )
+
+
+GOLDEN_FORMS = {  # fnmatch patterns: [[] and []] stand for [ and ]
+    "PerRank of 3 for 2 ranks": (
+        "PerRank([total(args)] * 3)",
+        "GoldenError: TestTwo.compute_golden: returned PerRank of 3 values for 2 ranks; give one per rank, in rank order",
+    ),
+    "a misspelt output": (
+        "{'outptu': total(args)}",
+        "GoldenError: TestTwo.compute_golden: returned [[]'outptu'[]], which is not an output*",
+    ),
+    "a list meant as PerRank": (
+        "[total(args), total(args)]",
+        "GoldenError: TestTwo.compute_golden: returned a list of 2 values for the 1 output(s) [[]'output'[]]; "
+        "for one golden per rank return PerRank([[]...[]]) (a list is the outputs in order)",
+    ),
+    "a misspelt output on rank 1": (
+        "PerRank([total(args), {'outptu': total(args)}])",
+        "GoldenError: rank 1: TestTwo.compute_golden: returned [[]'outptu'[]], which is not an output*",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", GOLDEN_FORMS, ids=list(GOLDEN_FORMS))
+def test_a_golden_of_the_wrong_form_names_the_scene_and_rank(pytester: pytest.Pytester, scenes, sums, form) -> None:
+    """As a one-rank case reports it: the scene's compute_golden, the rank where one alone is wrong,
+    and the case's params and repro line, not a traceback through pytest's internals."""
+    golden, message = GOLDEN_FORMS[form]
+    pytester.makepyfile(
+        test_scene=f"""
+        from pytest_mpk import PerRank, scene_test
+        from sums import SumScene, total
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def compute_golden(self, args, params):
+                return {golden}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message, "params: {'batch': 2}", "repro: pytest *"])
+    result.stdout.no_fnmatch_line("*HookCallError*")
+
+
+def test_a_rank_without_outputs_is_named(pytester: pytest.Pytester, scenes, sums) -> None:
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def generate_args(self, params):
+                args = super().generate_args(params)
+                if params["rank"] == 1:
+                    args["output"] = args["output"].tensor
+                return args
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["rank 1: SceneError: TestTwo.generate_args returned no Out or InOut tensor; wrap each output, e.g. *"]
+    )
+    result.stdout.no_fnmatch_line("rank 0:*")
+
+
+@pytest.mark.parametrize("where", ["Case('b2', batch=2, rank=1)", "DEFAULTS"])
+def test_rank_and_world_size_are_the_harness_parameters(pytester: pytest.Pytester, scenes, sums, where) -> None:
+    """A case parameter of either name would be overwritten on every rank without a word."""
+    case = where if where != "DEFAULTS" else "Case('b2', batch=2)"
+    defaults = "{'world_size': 4}" if where == "DEFAULTS" else "{}"
+    pytester.makepyfile(
+        test_scene=f"""
+        from pytest_mpk import Case, scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            CASES = [{case}]
+            DEFAULTS = {defaults}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*TestTwo: [[]'{'rank' if where != 'DEFAULTS' else 'world_size'}'[]] are set by the harness on a scene of 2 "
+            "ranks (each rank gets its own rank, and world_size 2); name the case parameter otherwise"
+        ]
+    )
