@@ -34,6 +34,12 @@ def run_ranks(item: Any, params: dict[str, Any], case: Case | None, setup: Setup
 
     job = harness.mpi_job()
     in_job = job is not None and job[0] > 1
+    if setup.replay is not None:  # not ignored: the case would run its scene as if it had been replayed
+        raise SceneFailure(
+            f"--mpk-replay {setup.replay}: a scene on {world_size} ranks is not replayed by the plugin (each rank's "
+            f"directory holds its own graph, and the ranks run together); run the case without --mpk-replay, or "
+            f"replay each rank's graph in that rank's process with PersistentKernel.from_artifacts(directory, tensors, rank)"
+        )
     scene = item.scene_class.cls()
     seed = seed_of(item.nodeid)
     if setup.backend in devices.EMULATED_BACKENDS:

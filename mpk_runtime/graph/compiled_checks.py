@@ -29,6 +29,7 @@ from .schedule import POLICIES
 
 KINDS = ("attached", "intermediate", "workspace", "derived", "comm")
 _SPLIT = re.compile(r"^dim (\d+) by grid ([xyz])$")
+_SELECTED = re.compile(r"^dim (\d+) chosen at run time by grid ([xyz])$")  # the task sees the whole dim
 
 
 def check_compiled(g: CompiledGraph, where: str) -> None:
@@ -113,6 +114,9 @@ def _check_layer(g: CompiledGraph, i: int, tensors: dict[str, TensorInfo], fail:
         cut = [(-1, n) for n in shape]
         parts = [] if a.partition in ("", "whole") else a.partition.split(", ")
         for part in parts:
+            chosen = _SELECTED.match(part)
+            if chosen and int(chosen.group(1)) < len(shape):
+                continue  # its slice is the whole dimension
             m = _SPLIT.match(part)
             dim, axis = (int(m.group(1)), "xyz".index(m.group(2))) if m else (len(shape), 0)
             if dim >= len(shape) or shape[dim] % layer.grid[axis]:

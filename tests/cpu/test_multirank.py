@@ -9,6 +9,7 @@ import torch
 
 import mpk_runtime as mpk
 from mpk_runtime import contract
+from mpk_runtime.build import artifacts, replay
 from mpk_runtime.frontend import params as kernel_params
 from mpk_runtime.run import bootstrap, diagnostics, multirank, transport
 from mpk_runtime.tasks import references
@@ -118,14 +119,14 @@ def test_one_kernel_instead_of_a_list_is_an_error():
         mpk.run_emulated_ranks(kernels[0])
 
 
-def _allreduce_rank(r: int, grid=(4, 1, 1), buffer="buf", rows=4, extra=None):
+def _allreduce_rank(r: int, grid=(4, 1, 1), buffer="buf", rows=4, extra=None, output_dir=None):
     pk = rank_kernel(r, 2)
     buf = pk.new_comm_tensor((2, 2, rows, 128), torch.bfloat16, buffer)
     x, o = (pk.attach_input(torch.zeros(rows, 128, dtype=torch.bfloat16), n) for n in "xo")
     if extra:
         pk.attach_input(torch.zeros(8, dtype=torch.bfloat16), extra)
     pk.allreduce_layer(x, buf, o, grid_dim=grid, block_dim=pk.block_dim)
-    pk.compile()
+    pk.compile(output_dir)
     return pk
 
 
@@ -271,3 +272,15 @@ def test_allgather_offsets_only_integers():
         pk.allgather_layer(x, buf, out, grid_dim=(1, 1, 1), block_dim=pk.block_dim, rank_offset=8)
     with pytest.raises(mpk.ShapeError, match=r"output must be fp32 of shape \(4, 16\)"):
         pk.allgather_layer(x, buf, x, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
+def test_a_saved_multi_rank_graph_reads_back(tmp_path):
+    """The all-reduce's buffer is picked at run time by grid y and x (each task sees the whole
+    dimensions): its partition is valid in a saved graph, which replays and mpk-graph read back
+    (they had refused it as a damaged file)."""
+    _allreduce_rank(0, grid=(4, 2, 1), output_dir=tmp_path)
+    out = artifacts.read(tmp_path, 0)
+    (buf,) = (a for a in out.graph.layers[0].args if a.tensor == "buf")
+    assert buf.partition == "dim 2 chosen at run time by grid y, dim 3 chosen at run time by grid x"
+    plan = replay.plan(tmp_path, 0)
+    assert plan.output.edited is None

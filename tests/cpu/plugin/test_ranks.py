@@ -347,3 +347,25 @@ def test_rank_and_world_size_are_the_harness_parameters(pytester: pytest.Pyteste
             "ranks (each rank gets its own rank, and world_size 2); name the case parameter otherwise"
         ]
     )
+
+
+def test_mpk_replay_of_a_multi_rank_case_is_refused_not_ignored(pytester: pytest.Pytester, scenes, sums) -> None:
+    """The case would otherwise build and run its scene and pass as if the saved graph had run."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            pass
+    """
+    )
+    pytester.runpytest_inprocess("--mpk-keep-artifacts").assert_outcomes(passed=1)
+    (kept,) = pytester.path.glob(".mpk-artifacts/*")
+    assert (kept / "task_graph_rank1.json").is_file()
+    result = pytester.runpytest_inprocess("--mpk-replay", str(kept))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"--mpk-replay {kept}: a scene on 2 ranks is not replayed by the plugin *; run the case without --mpk-replay, *"]
+    )
