@@ -134,13 +134,28 @@ def _check(scene: SceneTestCase, case: Case | None, rk: _Rank, expected: dict) -
 
 
 def _failure(
-    failures: dict[int, str], setup: Setup, params: dict[str, Any], world: int, how: str, head: str | None = None
+    failures: dict[int, str],
+    setup: Setup,
+    params: dict[str, Any],
+    world: int,
+    how: str,
+    head: str | None = None,
+    golden_from: str | None = None,
 ) -> SceneFailure:
+    """The report of a failed case, as a one-rank case's (runner._failure_text) with a line per
+    failing rank; the artifacts line lists what the directory holds (each failing rank's tensors in
+    rank<r>/), and repro.txt is written there."""
     lines = ([head] if head else []) + [f"rank {r}: {text}" for r, text in sorted(failures.items())]
+    saved = ""
+    if setup.artifacts.is_dir():
+        (setup.artifacts / "repro.txt").write_text(setup.repro + "\n")
+        files = sorted(str(f.relative_to(setup.artifacts)) for f in setup.artifacts.rglob("*") if f.is_file())
+        saved = f" ({', '.join(files)})"
     lines += [
         f"params: {params}",
         f"backend: {setup.backend} ({setup.arch}), {world} ranks {how}",
-        f"artifacts: {setup.artifacts}",
+        *([f"golden: {golden_from}"] if golden_from else []),
+        f"artifacts: {setup.artifacts}{saved}",
         f"repro: {setup.repro}",
     ]
     return SceneFailure("\n".join(lines))
@@ -163,7 +178,7 @@ def run_in_process(
             rk.pk.compile(output_dir=setup.artifacts)
             ranks.append(rk)
         except (AssertionError, mpk.MpkError, SceneError) as e:
-            failures[r] = f"{type(e).__name__}: {e}"
+            failures[r] = f"{type(e).__name__}: {e}{_scene_frame(e)}"
     if failures:
         raise _failure(failures, setup, params, world, "in one process")
     notes = {
@@ -198,7 +213,8 @@ def _emulate_and_check(
     if failures:
         for r in failures:
             _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
-        raise _failure(failures, setup, params, world, "in one process")
+        golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
+        raise _failure(failures, setup, params, world, "in one process", golden_from=golden_from)
 
 
 def run_this_rank(
@@ -286,9 +302,23 @@ def run_this_rank(
         shutil.rmtree(setup.artifacts, ignore_errors=True)
 
 
+_INTERNAL = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
+
+
+def _scene_frame(e: BaseException) -> str:
+    """Where in the scene's own code (its build(), say) ``e`` was raised: a line ``at file:line, in
+    name`` and the statement, as a one-rank case's report shows it; nothing when it was not."""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not any(f"/{p}/" in frame.filename for p in _INTERNAL):
+            return f"\n  at {Path(frame.filename).name}:{frame.lineno}, in {frame.name}:\n    {(frame.line or '').strip()}"
+    return ""
+
+
 def _describe(e: BaseException) -> str:
-    if isinstance(e, (AssertionError, mpk.MpkError)):
-        return f"{type(e).__name__}: {e}" if not isinstance(e, AssertionError) or not str(e) else str(e)
+    if isinstance(e, mpk.MpkError):
+        return f"{type(e).__name__}: {e}{_scene_frame(e)}"
+    if isinstance(e, AssertionError):
+        return f"{type(e).__name__}: {e}" if not str(e) else str(e)
     frames = traceback.extract_tb(e.__traceback__)[-3:]
     where = "; ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames)
     return f"{type(e).__name__}: {e} ({where})"

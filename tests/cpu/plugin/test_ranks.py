@@ -98,6 +98,8 @@ def test_an_assert_on_one_rank_names_it(pytester: pytest.Pytester, scenes, sums)
     result.stdout.fnmatch_lines(
         [
             "rank 1: AssertionError: rank 1 is unhappy*",
+            "  at test_scene.py:*, in build:",
+            '    assert params["rank"] != 1, "rank 1 is unhappy"',
             "params: {'batch': 2}",
             "backend: emulated (PyTorch slice references) (sm90), 2 ranks in one process",
         ]
@@ -120,9 +122,18 @@ def test_a_wrong_output_on_one_rank_names_it(pytester: pytest.Pytester, scenes, 
     )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["rank 1: output 'output' (float32, shape (2, 64)) differs from the golden*: 128 of 128*"])
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestTwo_b2_sm90"
+    result.stdout.fnmatch_lines(
+        [
+            "rank 1: output 'output' (float32, shape (2, 64)) differs from the golden*: 128 of 128*",
+            "golden: TestTwo.compute_golden",
+            f"artifacts: {kept} (rank1/actual.pt, rank1/expected.pt, rank1/inputs.pt, repro.txt, signature_rank0.json, *)",
+            "repro: pytest 'test_scene.py::TestTwo::b2[[]sm90[]]' -p mpk *",
+        ]
+    )
     result.stdout.no_fnmatch_line("rank 0:*")
-    assert (pytester.path / ".mpk-artifacts" / "test_scene.py_TestTwo_b2_sm90" / "rank1" / "actual.pt").is_file()
+    assert (kept / "rank1" / "actual.pt").is_file()
+    assert (kept / "repro.txt").read_text().startswith("pytest 'test_scene.py::TestTwo::b2[sm90]' -p mpk")
 
 
 def test_a_multi_rank_scene_needs_its_golden(pytester: pytest.Pytester, scenes, sums) -> None:
