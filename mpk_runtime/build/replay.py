@@ -121,21 +121,26 @@ def source_edit(out: CompileOutput) -> str | None:
 
 
 def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Every tensor of the signature by name: the caller's, derived ones recomputed as the original
-    run did (shuffle_tensors), intermediates allocated here (within the memory budget).
+    """Every tensor of the signature by name but the communication tensors (open_kernel declares
+    those): the caller's, derived ones recomputed as the original run did (shuffle_tensors),
+    intermediates allocated here (within the memory budget).
     ShapeError / GraphError otherwise."""
     if not isinstance(tensors, dict):
         raise GraphError(f"replay of {out.directory}: tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
-    wanted = {t.name: t for t in out.signature.tensors}
+    wanted = {t.name: t for t in out.signature.tensors if t.kind != "comm"}  # open_kernel declares those
     unknown = sorted(set(tensors) - set(wanted))
     made = [
-        t for t in out.signature.tensors if t.name not in tensors and (t.derived_from or t.kind in ("intermediate", "workspace"))
+        t
+        for t in out.signature.tensors
+        if t.name in wanted and t.name not in tensors and (t.derived_from or t.kind in ("intermediate", "workspace"))
     ]
     missing = sorted(set(wanted) - set(tensors) - {t.name for t in made})
     if unknown or missing:
+        comm = [n for n in unknown if any(t.name == n and t.kind == "comm" for t in out.signature.tensors)]
+        note = f" ({comm}: communication memory, which the replay allocates; leave it out)" if comm else ""
         raise GraphError(
             f"replay of {out.directory}: tensors must match its signature; missing {missing or 'none'}, "
-            f"unknown {unknown or 'none'}"
+            f"unknown {unknown or 'none'}{note}"
         )
     for name, given in tensors.items():
         _check_bound(out, name, given)
@@ -203,4 +208,7 @@ def open_kernel(kernel_class: Any, plan: ReplayPlan, tensors: dict[str, torch.Te
     check_kernel(out, pk.arch, pk.params.num_workers)
     for name, t in bind(out, tensors, pk.device).items():
         pk.attach_input(t, name)
+    for st in out.signature.tensors:  # the ranks' communication memory, allocated again at compile()
+        if st.kind == "comm":
+            pk.new_comm_tensor(tuple(st.shape), dtypes.from_short(st.dtype).torch, st.name)
     return pk

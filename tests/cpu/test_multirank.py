@@ -284,3 +284,28 @@ def test_a_saved_multi_rank_graph_reads_back(tmp_path):
     assert buf.partition == "dim 2 chosen at run time by grid y, dim 3 chosen at run time by grid x"
     plan = replay.plan(tmp_path, 0)
     assert plan.output.edited is None
+
+
+def test_every_rank_of_a_saved_graph_replays_together(tmp_path):
+    """Each rank's directory replays in its rank (PersistentKernel.from_artifacts(dir, tensors, rank)),
+    its communication tensors allocated again, not asked of the caller; emulated together, the
+    replayed ranks compute the all-reduce."""
+    for r in range(2):
+        _allreduce_rank(r, output_dir=tmp_path)
+    xs = [torch.randn(4, 128, dtype=torch.bfloat16) for _ in range(2)]
+    with pytest.raises(mpk.GraphError, match=r"unknown \['buf'\] \(\['buf'\]: communication memory, which the replay allocates"):
+        mpk.PersistentKernel.from_artifacts(
+            tmp_path, {"x": xs[0], "o": xs[0].clone(), "buf": torch.zeros(2, 2, 4, 128)}, 0, emulate=True
+        )
+    kernels = [
+        mpk.PersistentKernel.from_artifacts(
+            tmp_path, {"x": xs[r], "o": torch.zeros(4, 128, dtype=torch.bfloat16)}, r, emulate=True
+        )
+        for r in range(2)
+    ]
+    for pk in kernels:
+        pk.compile()
+    mpk.run_emulated_ranks(kernels)
+    want = (xs[0].float() + xs[1].float()).bfloat16()
+    for pk in kernels:
+        torch.testing.assert_close(pk.tensor("o"), want, rtol=0, atol=0)
