@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import archs, contract, resources
 from ..errors import BuildError, ConfigError
 from . import cache as build_cache
+from .nvcc import resolve_includes
 
 EMULATION = resources.CSRC / "emulation"
 REPO = resources.CSRC.parent
@@ -36,7 +37,6 @@ ARCHIVE = "runtime.a"
 SHIM = "emulation/cuda_shim.h"
 PCH = "shim_pch.h"  # a header that includes the shim; g++ reads shim_pch.h.gch beside it instead
 RACE_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-Wno-tsan"]
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 
 @cache
@@ -96,17 +96,9 @@ def base_flags(include_dirs: Sequence[Path] = ()) -> list[str]:
 
 
 def included(text: str, dirs: Sequence[Path]) -> list[Path]:
-    """Every quoted include of ``text`` found under ``dirs`` (first match wins), transitively."""
-    seen: dict[Path, None] = {}
-    todo = list(_INCLUDE.findall(text))
-    while todo:
-        name = todo.pop()
-        path = next((d / name for d in dirs if (d / name).is_file()), None)
-        if path is None or path.resolve() in seen:
-            continue
-        seen[path.resolve()] = None
-        todo.extend(_INCLUDE.findall(path.read_text()))
-    return sorted(seen)
+    """Every quoted include of ``text``, transitively, found as g++ finds it: beside the including
+    file, else under ``dirs`` (first match wins)."""
+    return resolve_includes(text, list(dirs))
 
 
 def _key(parts: Sequence[str], files: Sequence[Path]) -> str:

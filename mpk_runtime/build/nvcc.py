@@ -70,20 +70,34 @@ def flags_for(arch: str, python_extension: bool = False, device_only: bool = Fal
 
 
 def included_headers(source: str) -> list[Path]:
-    """Every csrc header ``source`` includes, transitively (quoted includes resolve under csrc).
+    """Every header ``source`` includes, transitively, found as nvcc finds a quoted include: next to
+    the file that includes it, else under csrc (the generated source's includes: under csrc). So a
+    task header's own helper beside it is hashed too, and an edit of it rebuilds the module.
     csrc/emulation/ is left out: runtime/persistent_kernel.cuh includes it only for a host build
     (MPK_HOST_EMULATION, build/host.py), so an edit there rebuilds no nvcc module."""
+    return resolve_includes(source, [resources.CSRC], skip=("emulation/",))
+
+
+def resolve_includes(text: str, dirs: list[Path], skip: tuple[str, ...] = ()) -> list[Path]:
+    """The quoted includes of ``text``, transitively: each looked for in the including file's
+    directory first (as the compilers do; not for ``text`` itself, a generated source), then in
+    ``dirs`` (first match wins). Names starting with a ``skip`` prefix under ``dirs`` are left out."""
     seen: dict[Path, None] = {}
-    todo = list(_INCLUDE.findall(source))
+    todo: list[tuple[str, Path | None]] = [(name, None) for name in _INCLUDE.findall(text)]
     while todo:
-        name = todo.pop()
-        if name.startswith("emulation/"):
+        name, beside = todo.pop()
+        local = beside / name if beside is not None else None
+        if local is not None and local.is_file():
+            path: Path | None = local
+        elif name.startswith(skip) and skip:
             continue
-        path = (resources.CSRC / name).resolve()
-        if path in seen or not path.is_file():
+        else:
+            path = next((d / name for d in dirs if (d / name).is_file()), None)
+        if path is None or path.resolve() in seen:
             continue
+        path = path.resolve()
         seen[path] = None
-        todo.extend(_INCLUDE.findall(path.read_text()))
+        todo.extend((n, path.parent) for n in _INCLUDE.findall(path.read_text()))
     return sorted(seen)
 
 

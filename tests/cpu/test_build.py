@@ -51,6 +51,21 @@ def test_key_covers_every_included_header_and_only_those(noop_source, tmp_path, 
     assert build.cache_key(noop_source, "sm80") != key
 
 
+def test_a_header_beside_its_includer_is_in_the_key(noop_source, tmp_path):
+    """A task header outside csrc (reached from csrc/tasks by a relative path, as a kernel engineer's
+    own task is) that includes a helper beside it: the compiler finds the helper next to the header,
+    so the key must hash it too. Editing the helper left the old module in the cache: a stale build
+    that computed the helper's old arithmetic."""
+    (tmp_path / "mytask.cuh").write_text('#pragma once\n#include "helper.cuh"\n')
+    helper = tmp_path / "helper.cuh"
+    helper.write_text("#pragma once\n// x * 2\n")
+    source = noop_source + f'\n#include "tasks/{os.path.relpath(tmp_path / "mytask.cuh", resources.CSRC / "tasks")}"\n'
+    assert helper.resolve() in build.included_headers(source)
+    key = build.cache_key(source, "sm80")
+    helper.write_text("#pragma once\n// x * 3\n")
+    assert build.cache_key(source, "sm80") != key
+
+
 def test_included_headers_are_found_transitively(noop_source):
     found = {str(p.relative_to(resources.CSRC)) for p in build.included_headers(noop_source)}
     assert {
