@@ -4,6 +4,7 @@ supported archs, cost, slice reference and error messages). See registry.py for 
 from __future__ import annotations
 
 import inspect
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,6 +12,8 @@ from .. import contract
 from ..errors import ConfigError
 from . import references
 from .partition import Arg, Partition, SliceInfo
+
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class TaskSpec:
     inputs: ClassVar[dict[str, Partition]] = {}
     outputs: ClassVar[dict[str, Partition]] = {}
     # Runtime scalars of the layer call carried in the task descriptor, with their defaults; with
-    # extra_scalars, at most two (TaskDesc::scalar_f / scalar_i read them).
-    scalars: ClassVar[dict[str, float]] = {}
+    # extra_scalars, at most two. The default's type is the scalar's: a float (1.0, 1e-6) travels as
+    # a float32 that TaskDesc::scalar_f reads, an int (3) as an int32 that scalar_i reads.
+    scalars: ClassVar[dict[str, float | int]] = {}
     # Compile-time options that become template arguments, with their defaults.
     options: ClassVar[dict[str, Any]] = {}
     # Token dimensions: arg name -> dim. Where that dim has max_num_batched_tokens rows, only the
@@ -112,9 +116,27 @@ class TaskSpec:
         return 300.0 + sum(i.nbytes for i in s.values()) / 20.0
 
     def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:
-        """The descriptor's scalars (floats or ints): the layer's ``scalars``, then any the task
-        derives from shapes (e.g. a total row count that should not force a rebuild per size)."""
-        return [float(values[k]) for k in self.scalars]
+        """The descriptor's scalars (floats or ints): the layer's ``scalars``, each of its default's
+        type (ConfigError naming it for a value that is not), then any the task derives from shapes
+        (e.g. a total row count that should not force a rebuild per size)."""
+        out: list[float | int] = []
+        for k, default in self.scalars.items():
+            v = values[k]
+            if isinstance(default, numbers.Integral) and not isinstance(default, bool):
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not -(2**31) <= int(v) < 2**31:
+                    raise ConfigError(
+                        f"{self.name}: {k}={v!r} must be an integer in [-2**31, 2**31): the descriptor carries it as "
+                        f"an int32 (TaskDesc::scalar_i), as its default {default!r} says"
+                    )
+                out.append(int(v))
+            else:
+                if isinstance(v, bool) or not isinstance(v, numbers.Real) or not abs(float(v)) <= FLOAT32_MAX:
+                    raise ConfigError(
+                        f"{self.name}: {k}={v!r} must be a finite number within float32 range: the descriptor "
+                        f"carries it as a float32 (TaskDesc::scalar_f)"
+                    )
+                out.append(float(v))
+        return out
 
     def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
         """Explain a Runtime::fail report of this task (``layer``: the compiled graph's LayerInfo,

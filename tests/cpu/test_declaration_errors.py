@@ -188,3 +188,45 @@ def test_synchronize_with_nothing_running_returns(compiled):
     compiled.synchronize(timeout=0.5)
     compiled.finalize()
     compiled.synchronize()
+
+
+class _Scalars(TaskSpec):  # not registered: its scalar_values alone
+    name = "scalar_probe"
+    scalars = {"k": 3, "f": 0.5}
+
+
+def test_a_scalar_travels_as_its_defaults_type():
+    """An int default makes an int32 scalar (TaskDesc::scalar_i), a float one a float32 (scalar_f).
+    Every scalar had been sent as float bits, so a body reading k with scalar_i got 1077936128 for 3."""
+    got = _Scalars().scalar_values({"k": 3, "f": 2}, {})
+    assert got == [3, 2.0] and [type(v) for v in got] == [int, float]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"k": 2.5, "f": 0.5}, r"scalar_probe: k=2.5 must be an integer in \[-2\*\*31, 2\*\*31\): .* as its default 3 says"),
+        ({"k": True, "f": 0.5}, r"scalar_probe: k=True must be an integer"),
+        ({"k": 2**31, "f": 0.5}, r"scalar_probe: k=2147483648 must be an integer"),
+        ({"k": 3, "f": "two"}, r"scalar_probe: f='two' must be a finite number within float32 range: .*scalar_f"),
+        ({"k": 3, "f": None}, r"scalar_probe: f=None must be a finite number"),
+        ({"k": 3, "f": 1e300}, r"scalar_probe: f=1e\+300 must be a finite number within float32 range"),
+        ({"k": 3, "f": float("nan")}, r"scalar_probe: f=nan must be a finite number"),
+    ],
+)
+def test_a_scalar_that_its_type_cannot_carry_is_named(values, message):
+    with pytest.raises(ConfigError, match=message):
+        _Scalars().scalar_values(values, {})
+
+
+def test_a_scalar_from_a_specs_own_scalar_values_is_checked(make_pk, monkeypatch):
+    from mpk_runtime.tasks import registry
+
+    spec = type(registry.get("rmsnorm"))
+    monkeypatch.setattr(spec, "scalar_values", lambda self, values, s: ["fast"])
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk)
+    with pytest.raises(
+        GraphError, match=r"rmsnorm_0: rmsnorm.scalar_values gave 'fast' \(str\) as scalar 0; a descriptor scalar is"
+    ):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
