@@ -7,8 +7,10 @@ that reads or writes past the end of a tensor faults, and the fault is reported 
 thread and the source line, at no cost per access. Tensors that share storage (views of one buffer, a
 graph tensor that is a meta tensor) share one copy, so that what one writes the other reads; each
 copy keeps its tensor's alignment modulo 16. After the launch the copies of the tensors some layer
-writes (and the meta tensors) go back; those only read (weights) do not, which halves the copying
-of big graphs. A body that writes into one of those anyway is caught by slice checking.
+writes (and the meta tensors) go back; those only read (weights) are compared with their originals
+and go back only if a body wrote into them, as such a write would stand on the GPU. So the harness's
+check of the inputs bit for bit sees it, and unchanged tensors (read-only memory among them) are
+never written. Slice checking catches such a write in the act.
 
 For slice checking (race-checking builds), ``task_memory`` gives a task the byte ranges it may read
 (its input and output slices and the meta tensors) and write (its output slices).
@@ -27,11 +29,15 @@ import torch
 from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
 from .host_runner import HostModule, Memory, Range, Tensor
 
+_memcmp = C.CDLL(None).memcmp  # libc's, through the process's own symbols
+_memcmp.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
+_memcmp.restype = C.c_int
+
 
 class GuardedTensors:
     """Guarded copies of ``tensors`` and ``meta`` (name -> contiguous CPU tensor). ``pointers`` and
-    ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data (out: only
-    the tensors named in ``written``, and the meta tensors)."""
+    ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data (out: the
+    tensors named in ``written`` and the meta tensors, and any other whose copy a body changed)."""
 
     def __init__(self, module: HostModule, tensors: dict[str, torch.Tensor], meta: dict[str, torch.Tensor], written: set[str]):
         self.module = module
@@ -75,7 +81,7 @@ class GuardedTensors:
 
     def copy_out(self) -> None:
         for lo, nbytes, copy, _, written in self._groups:
-            if written:
+            if written or _memcmp(lo, copy, nbytes) != 0:
                 C.memmove(lo, copy, nbytes)
 
     def free(self) -> None:

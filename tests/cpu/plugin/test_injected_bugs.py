@@ -234,3 +234,19 @@ def test_a_dropped_barrier_changes_the_results(pytester, inject, header, old, sc
     result = run_scene_file(pytester, scene, case)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*output '*' (*) differs from the golden *"])
+
+
+def test_rmsnorm_writing_into_its_input(pytester, inject):
+    """A body that overwrites the input it read: the emulator copies a changed input back, as the
+    write would stand on the GPU, so the harness's check of the inputs bit for bit names it (without
+    --mpk-emulate-check too; the emulator had copied back only the tensors some layer writes)."""
+    inject(
+        "tasks/common/rmsnorm.cuh",
+        "    T const *xr = x + static_cast<size_t>(r) * HIDDEN;",
+        "    T const *xr = x + static_cast<size_t>(r) * HIDDEN;\n    if (threadIdx.x == 0) const_cast<T *>(xr)[1] = T{};",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["input 'input' changed: 8 elements (first at (0, 1)), but no task writes an input; the element lies in the *"]
+    )
