@@ -89,6 +89,7 @@ struct RaceState {
   uintptr_t skip_lo = 0, skip_size = 0;  // fiber records and stacks
   uintptr_t view_lo = 0;  // the tls_view pointer itself
   uintptr_t shared_lo = 0, shared_size = 0;
+  std::vector<TlsSymbol> const *init_guards = nullptr;  // g++'s guards of __shared__ arrays (see race_begin)
   uintptr_t dyn_lo = 0, dyn_capacity = 0, dyn_bytes = 0;
   uintptr_t module_base = 0;
   Memory const *memory = nullptr;  // with check_slices: the task's slices
@@ -185,6 +186,9 @@ void access(uintptr_t addr, uintptr_t size, bool write, uint16_t flags, uint32_t
   if (!t || addr - rs.skip_lo < rs.skip_size || addr - rs.view_lo < sizeof(void *)) return;
   bool const atomic = flags & kAtomic;
   bool const shared = addr - rs.shared_lo < rs.shared_size;
+  if (shared && rs.init_guards)
+    for (TlsSymbol const &g : *rs.init_guards)
+      if (addr - rs.shared_lo - g.offset < g.size) return;  // compiler bookkeeping, not the body's memory
   Report r{Finding::kRace, write, atomic, static_cast<uint16_t>(t->tid), pc, static_cast<uint32_t>(size),
            addr,           {},    false};
   if (!shared && rs.memory) {
@@ -302,6 +306,17 @@ void race_begin(Block &b) {
   rs.view_lo = reinterpret_cast<uintptr_t>(&tls_view);
   rs.shared_lo = b.shared_lo;
   rs.shared_size = b.shared_hi - b.shared_lo;
+  // __shared__ is thread_local here, and g++ guards a thread_local array of a class type (__nv_bfloat16,
+  // __half) with an init flag that every thread reads and the first one sets: not the body's shared
+  // memory, and reported as a race or an uninitialized read it would hide real findings behind false
+  // ones. The module's guard variables, read once (by readelf, like the report's names).
+  static std::vector<TlsSymbol> const guards = [] {
+    std::vector<TlsSymbol> out;
+    for (TlsSymbol const &s : tls_symbols())
+      if (s.name.rfind("guard variable for ", 0) == 0) out.push_back(s);
+    return out;
+  }();
+  rs.init_guards = &guards;
   rs.dyn_lo = reinterpret_cast<uintptr_t>(b.cfg.dynamic_smem);
   rs.dyn_capacity = b.cfg.dynamic_smem_capacity;
   rs.dyn_bytes = b.cfg.dynamic_smem_bytes;

@@ -55,6 +55,7 @@ KERNELS = [
     "named_barrier_counts_differ",
     "named_barrier_half_warps",
     "named_barrier_invalid",
+    "shared_bf16_tile",
 ]
 
 

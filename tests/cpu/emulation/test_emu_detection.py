@@ -10,7 +10,7 @@ import torch
 from emu_helpers import THREADS as N
 from emu_helpers import marked
 
-CORRECT = ["barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced", "named_barriers"]
+CORRECT = ["barriers", "dynamic_shared", "shuffles", "votes", "atomics", "warp_synced", "named_barriers", "shared_bf16_tile"]
 
 
 def out_words(n: int = 2 * N) -> torch.Tensor:
