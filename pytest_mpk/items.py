@@ -8,6 +8,7 @@ import functools
 import inspect
 import os
 import re
+import sysconfig
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -347,7 +348,7 @@ class _SceneItem(pytest.Item):
         internal = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
         for entry in reversed(excinfo.traceback):
             path = str(entry.path)
-            if not any(f"/{p}/" in path for p in internal):
+            if not any(f"/{p}/" in path for p in internal) and not _in_stdlib(path):
                 try:
                     shown = os.path.relpath(path, self.config.invocation_params.dir)
                 except ValueError:
@@ -366,6 +367,12 @@ class _SceneItem(pytest.Item):
     def reportinfo(self):
         # A line is needed: pytest reports skips (markers, the case skips below) at the item's location.
         return self.path, _line_of(self.scene_class.cls), self.nodeid.split("::", 1)[-1]
+
+
+def _in_stdlib(path: str) -> bool:
+    """Whether ``path`` is a module of Python's own library (contextlib's wrapper of a decorated
+    function, say): never the scene's code."""
+    return Path(path).is_relative_to(sysconfig.get_paths()["stdlib"])
 
 
 def _prebuild_cases(item: _SceneItem, mpk) -> None:

@@ -20,6 +20,7 @@ rank's inputs for the golden, and only outcomes travel between the processes.
 from __future__ import annotations
 
 import shutil
+import sysconfig
 import traceback
 import types
 from pathlib import Path
@@ -303,13 +304,14 @@ def run_this_rank(
 
 
 _INTERNAL = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
+_STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def _scene_frame(e: BaseException) -> str:
     """Where in the scene's own code (its build(), say) ``e`` was raised: a line ``at file:line, in
     name`` and the statement, as a one-rank case's report shows it; nothing when it was not."""
     for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if not any(f"/{p}/" in frame.filename for p in _INTERNAL):
+        if not any(f"/{p}/" in frame.filename for p in _INTERNAL) and not Path(frame.filename).is_relative_to(_STDLIB):
             return f"\n  at {Path(frame.filename).name}:{frame.lineno}, in {frame.name}:\n    {(frame.line or '').strip()}"
     return ""
 

@@ -186,6 +186,28 @@ def test_runtime_errors_show_their_message_and_the_scene_line(pytester: pytest.P
     result.stdout.no_fnmatch_line("*kernel.py*")
 
 
+def test_a_graph_error_shows_the_scene_line_not_a_library_wrapper(pytester: pytest.Pytester, scenes) -> None:
+    """A GridError raised inside the graph builder's decorated function: the frame shown is the
+    scene's build(), not the standard library's contextlib wrapper (which it had been)."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+
+            def build(self, pk, t, params):
+                pk.rmsnorm_layer(input=t.input, weight=t.weight, output=t.output, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    """
+    )
+    result = pytester.runpytest_inprocess("--arch", "sm90")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["GridError: rmsnorm_0: grid_dim x=4 does not divide *", "  at test_scene.py:9, in build:"])
+    result.stdout.no_fnmatch_line("*contextlib.py*")
+
+
 def test_a_mistake_in_the_scene_shows_the_scene_s_frames(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(
         test_scene="""
