@@ -18,6 +18,7 @@ from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
 from ..errors import ArityError, GraphError, GridError
 from ..tasks.partition import GRID_AXES, Arg, SliceInfo
 from ..tasks.spec import FLOAT32_MAX, TaskSpec
+from ..tasks.spec_checks import checked_template_args
 from .bulk import gc_paused
 from .dependencies import Block, HazardTracker, LayerOrder
 from .shuffle import shuffle
@@ -156,7 +157,7 @@ class TaskGraph:
             )
         _check_partitions(name, spec, grid, args)
         slices = {a.name: _slice_info(a, grid) for a in args}
-        targs = spec.template_args(slices, values)
+        targs = checked_template_args(spec, slices, values, name)
         scalars = spec.scalar_values(values, slices)
         if len(scalars) > 2:
             raise ArityError(f"{name}: {spec.name} gives {len(scalars)} descriptor scalars; a descriptor carries 2")

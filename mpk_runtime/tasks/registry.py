@@ -8,11 +8,13 @@ reference. Nothing about a task is written twice.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from .. import archs, contract, resources
 from ..errors import ArityError, GraphError
 from .partition import Arg, SliceInfo, selected, split, whole
 from .spec import EmulationContext, TaskFailure, TaskSpec
+from .spec_checks import check_declaration
 
 # What a task module needs to declare its task, importable from here in one line.
 __all__ = [
@@ -61,18 +63,32 @@ def register_task(cls: type[TaskSpec]) -> type[TaskSpec]:
     if not spec.headers or set(spec.headers) - set(archs.NAMES):
         raise GraphError(f"{where}: headers must map some of {archs.NAMES} to a header, got {spec.headers}")
     for arch, header in spec.headers.items():
+        if not isinstance(header, str) or Path(header).is_absolute():
+            raise GraphError(
+                f"{where}: header {header!r} for {arch} must be a path relative to {resources.CSRC_TASKS} (the source "
+                f"includes it as tasks/<header>); for a header elsewhere, os.path.relpath(path, resources.CSRC_TASKS)"
+            )
         if not (resources.CSRC_TASKS / header).is_file():
-            raise GraphError(f"{where}: header {header!r} for {arch} not found under {resources.CSRC_TASKS}")
+            raise GraphError(
+                f"{where}: header {header!r} for {arch} not found under {resources.CSRC_TASKS} (headers are paths "
+                f"relative to it; for a header elsewhere, os.path.relpath(path, resources.CSRC_TASKS))"
+            )
     for out, inp in spec.in_place.items():
         if out not in spec.outputs or inp not in spec.inputs or spec.outputs[out] != spec.inputs[inp]:
             raise GraphError(
                 f"{where}: in_place {out!r} -> {inp!r} must pair an output with an input of the same partition "
                 f"(outputs: {', '.join(spec.outputs)}; inputs: {', '.join(spec.inputs)})"
             )
+    check_declaration(spec, where)
     _REGISTRY[spec.name] = spec
     _renumber()
-    for callback in _ON_REGISTER:
-        callback(spec)
+    try:
+        for callback in _ON_REGISTER:
+            callback(spec)
+    except Exception as e:  # not left half registered: fixed, the spec can be registered again
+        del _REGISTRY[spec.name]
+        _renumber()
+        raise GraphError(f"{where}: {type(e).__name__}: {e}") from e
     return cls
 
 

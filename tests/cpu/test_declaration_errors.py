@@ -230,3 +230,75 @@ def test_a_scalar_from_a_specs_own_scalar_values_is_checked(make_pk, monkeypatch
         GraphError, match=r"rmsnorm_0: rmsnorm.scalar_values gave 'fast' \(str\) as scalar 0; a descriptor scalar is"
     ):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
+def _spec(**fields) -> type[TaskSpec]:
+    """A declaration that register_task would accept, with ``fields`` changed (never registered by
+    the tests below: each is refused)."""
+    body = dict(
+        name="probe_task",
+        inputs={"input": split(x=0)},
+        outputs={"output": split(x=0)},
+        headers={arch: "common/noop.cuh" for arch in ("sm80", "sm90", "sm100")},
+        function="mpk::tasks::probe_task",
+    )
+    body.update(fields)
+    return type("ProbeTask", (TaskSpec,), {k: v for k, v in body.items() if v is not _DROP})
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(function=_DROP), r"function must name the C\+\+ template the dispatcher calls, .* got None"),
+        (dict(function="my task"), r"function must name the C\+\+ template .*got 'my task'"),
+        (dict(inputs={"input": 0}), r"inputs\['input'\] is 0, not a partition; use split\(x=0\), selected\(\.\.\.\) or whole"),
+        (dict(outputs={"input": split(x=0)}), r"\['input'\] named twice among the inputs, outputs, scalars and options"),
+        (dict(scalars={"grid_dim": 1.0}), r"\['grid_dim'\] named twice .*or as one of self, grid_dim, block_dim"),
+        (dict(inputs={"class": split(x=0)}), r"\['class'\] cannot name a keyword argument of pk.probe_task_layer"),
+        (dict(token_dims={"inp": 0}), r"token_dims names \['inp'\], which are not arguments \(input, output\)"),
+        (dict(phases="load"), r"phases must be a tuple of names, one per Runtime::mark, got 'load'"),
+        (dict(headers={"sm90": "/tmp/mine.cuh"}), r"header '/tmp/mine.cuh' for sm90 must be a path relative to .*relpath"),
+        (dict(headers={"sm90": "mine.cuh"}), r"header 'mine.cuh' for sm90 not found under .* \(headers are paths relative"),
+    ],
+    ids=["no function", "function not a C++ name", "a partition that is not one", "an input and an output of one name",
+         "a scalar named grid_dim", "a keyword", "token_dims of no argument", "phases as a string", "an absolute header",
+         "a missing header"],
+)  # fmt: skip
+def test_a_declaration_the_runtime_could_not_use_is_refused_at_registration(fields, message):
+    from mpk_runtime.tasks import registry
+
+    with pytest.raises(GraphError, match=rf"^task spec ProbeTask: {message}"):
+        register_task(_spec(**fields))
+    assert "probe_task" not in registry.names()
+
+
+@pytest.mark.parametrize(
+    "targs, message",
+    [
+        (None, r"rmsnorm.template_args returned None; return a list of C\+\+ template arguments"),
+        ("__nv_bfloat16, 2, 64", r"rmsnorm.template_args returned '__nv_bfloat16, 2, 64'; return a list"),
+        (["__nv_bfloat16", True, 64], r"rmsnorm.template_args gave True \(bool\) as argument 1; write 'true'"),
+        ([torch.bfloat16, 2, 64], r"rmsnorm.template_args gave torch.bfloat16 \(dtype\) as argument 0; give an int or the C\+\+"),
+    ],
+)  # fmt: skip
+def test_template_arguments_the_source_cannot_spell_are_named(make_pk, monkeypatch, targs, message):
+    from mpk_runtime.tasks import registry
+
+    monkeypatch.setattr(type(registry.get("rmsnorm")), "template_args", lambda self, s, values: targs)
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk)
+    with pytest.raises(GraphError, match=rf"^rmsnorm_0: {message}"):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
+def test_a_spec_without_template_args_says_so(make_pk, monkeypatch):
+    from mpk_runtime.tasks import registry
+
+    monkeypatch.setattr(type(registry.get("rmsnorm")), "template_args", TaskSpec.template_args)
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk)
+    with pytest.raises(GraphError, match=r"^rmsnorm_0: rmsnorm does not define template_args\(self, slices, values\)"):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)

@@ -1,0 +1,82 @@
+"""What ``register_task`` checks of a declaration beyond its counts and headers (registry.py), and of
+what its hooks return, so that a mistake in a task spec is an error naming the spec, the field and
+the fix when it is registered or first used, not a traceback from deep in the graph builder, the
+signature machinery or nvcc."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import GraphError
+from .partition import Partition
+
+_CPP_NAME = re.compile(r"^(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
+_LAYER_KEYWORDS = ("self", "grid_dim", "block_dim")  # what every pk.<name>_layer takes besides the spec's
+
+
+def check_declaration(spec: Any, where: str) -> None:
+    """GraphError naming the first field of ``spec`` that the runtime could not use."""
+    function = getattr(type(spec), "function", None)
+    if not isinstance(function, str) or not _CPP_NAME.match(function):
+        raise GraphError(
+            f"{where}: function must name the C++ template the dispatcher calls, e.g. 'mpk::tasks::my_task', got {function!r}"
+        )
+    smem = spec.smem_function
+    if smem is not None and (not isinstance(smem, str) or not _CPP_NAME.match(smem)):
+        raise GraphError(f"{where}: smem_function must be None or the name of a constexpr C++ function, got {smem!r}")
+    for field in ("inputs", "outputs"):
+        args = getattr(spec, field)
+        if not isinstance(args, Mapping):
+            raise GraphError(f"{where}: {field} must be a dict of name -> partition, got {args!r}")
+        for name, part in args.items():
+            if not isinstance(part, Partition):
+                raise GraphError(
+                    f"{where}: {field}[{name!r}] is {part!r}, not a partition; use split(x=0), selected(...) or whole()"
+                )
+    for field in ("scalars", "options"):
+        if not isinstance(getattr(spec, field), Mapping):
+            raise GraphError(f"{where}: {field} must be a dict of name -> default, got {getattr(spec, field)!r}")
+    names = [*spec.inputs, *spec.outputs, *spec.scalars, *spec.options]
+    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier() or keyword.iskeyword(n)]
+    if bad:
+        raise GraphError(f"{where}: {bad} cannot name a keyword argument of pk.{spec.name}_layer; use identifiers")
+    twice = sorted({n for n in names if names.count(n) > 1} | {n for n in names if n in _LAYER_KEYWORDS})
+    if twice:
+        raise GraphError(
+            f"{where}: {twice} named twice among the inputs, outputs, scalars and options (or as one of "
+            f"{', '.join(_LAYER_KEYWORDS)}); each is one keyword argument of pk.{spec.name}_layer"
+        )
+    args = [*spec.inputs, *spec.outputs]
+    unknown = [n for n in spec.token_dims if n not in args]
+    if unknown:
+        raise GraphError(f"{where}: token_dims names {unknown}, which are not arguments ({', '.join(args)})")
+    if not isinstance(spec.phases, (tuple, list)) or not all(isinstance(p, str) for p in spec.phases):
+        raise GraphError(f"{where}: phases must be a tuple of names, one per Runtime::mark, got {spec.phases!r}")
+
+
+def checked_template_args(spec: Any, slices: dict[str, Any], values: dict[str, Any], layer: str) -> list[Any]:
+    """``spec.template_args(...)``, each checked to be a C++ template argument as the source will
+    spell it: an int, or a string (a type such as '__nv_bfloat16', 'true', a constant's name)."""
+    try:
+        targs = spec.template_args(slices, values)
+    except NotImplementedError:
+        raise GraphError(
+            f"{layer}: {spec.name} does not define template_args(self, slices, values): return the C++ template "
+            f"arguments of its body, e.g. [slices['input'].dtype.cpp, rows, cols]"
+        ) from None
+    if not isinstance(targs, (list, tuple)):
+        raise GraphError(f"{layer}: {spec.name}.template_args returned {targs!r}; return a list of C++ template arguments")
+    for i, a in enumerate(targs):
+        if isinstance(a, bool):
+            hint = f"write '{str(a).lower()}'"
+        elif isinstance(a, int) or (isinstance(a, str) and a.strip()):
+            continue
+        elif type(a).__module__.startswith("numpy") and isinstance(a.item(), int):
+            continue
+        else:
+            hint = "give an int or the C++ spelling as a string (a dtype: its .cpp, e.g. '__nv_bfloat16')"
+        raise GraphError(f"{layer}: {spec.name}.template_args gave {a!r} ({type(a).__name__}) as argument {i}; {hint}")
+    return list(targs)
