@@ -53,5 +53,6 @@ def find_in(function: str, search: list[Path] | None = None, layer: str | None =
     tried = ", ".join(str(p) for p in candidates)
     raise GraphError(
         f"no reference function {function!r} found (looked in {tried}); define "
-        f"def {function}(...) in reference/{layer or function}/pytorch_reference.py"
+        f"def {function}(...) in reference/{layer or function}/pytorch_reference.py (a task declared outside the "
+        f"repository: in a pytorch_reference.py beside the module that declares it)"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import contract
@@ -149,7 +150,7 @@ class TaskSpec:
         """The slice reference: compute this task's output slices (CPU tensors, written in place)
         from its input slices (and, for tasks that read the meta tensors, ``ctx``). Default: the
         layer's canonical reference applied to the slices."""
-        fn = references.find(self.reference or self.name, layer=self.name)
+        fn = references.find(self.reference or self.name, search=[self.declared_in()], layer=self.name)
         result = fn(**inputs, **{k: values[k] for k in self.scalars})
         if isinstance(result, (tuple, list)):
             result = dict(zip(outputs, result))
@@ -178,6 +179,14 @@ class TaskSpec:
                 f"task {self.name!r} has no body for {arch}; it supports {have}. "
                 f"Build for one of those (target_cc) or add csrc/tasks/{arch}/{self.name}.cuh"
             ) from None
+
+    def declared_in(self) -> Path:
+        """The directory of the module that declares this spec: a task declared outside the repository
+        keeps its pytorch_reference.py there (the slice reference looks there before reference/<name>/)."""
+        try:
+            return Path(inspect.getfile(type(self))).parent
+        except (TypeError, OSError):  # declared where no file is (an interactive session)
+            return Path.cwd()
 
     def signature(self) -> inspect.Signature:
         """The Python signature of ``pk.<name>_layer``, for help() and editors."""

@@ -302,3 +302,27 @@ def test_a_spec_without_template_args_says_so(make_pk, monkeypatch):
     x, w, y = rmsnorm_tensors(pk)
     with pytest.raises(GraphError, match=r"^rmsnorm_0: rmsnorm does not define template_args\(self, slices, values\)"):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
+def test_a_spec_declared_outside_the_repository_finds_its_reference_beside_it(tmp_path, monkeypatch):
+    """The slice reference (--mpk-backend emulate-ref) of a task declared in a kernel engineer's own
+    directory: the pytorch_reference.py beside the declaring module, as the scene's golden finds it
+    (only reference/<name>/ in the repository had been searched)."""
+    import importlib.util
+    import sys
+
+    (tmp_path / "pytorch_reference.py").write_text("def outside_probe(input):\n    return input * 3\n")
+    (tmp_path / "outside_spec.py").write_text(
+        "from mpk_runtime.tasks.registry import TaskSpec, split\n\n"
+        "class OutsideProbe(TaskSpec):\n    name = 'outside_probe'\n    inputs = {'input': split(x=0)}\n"
+        "    outputs = {'output': split(x=0)}\n"
+    )
+    loader = importlib.util.spec_from_file_location("outside_spec_for_this_test", tmp_path / "outside_spec.py")
+    module = importlib.util.module_from_spec(loader)
+    monkeypatch.setitem(sys.modules, "outside_spec_for_this_test", module)  # imported as any module is
+    loader.loader.exec_module(module)
+    spec = module.OutsideProbe()
+    assert spec.declared_in() == tmp_path
+    out = torch.zeros(4)
+    spec.emulate({"input": torch.arange(4.0)}, {"output": out}, {}, None)
+    assert out.tolist() == [0.0, 3.0, 6.0, 9.0]

@@ -118,7 +118,8 @@ MISTAKES = {
             "TestNorm: no golden: no reference function 'nosuchlayer' found (looked in ",
             "/pytorch_reference.py, ",
             "/reference/nosuchlayer/pytorch_reference.py); define def nosuchlayer(...) in "
-            "reference/nosuchlayer/pytorch_reference.py; or define compute_golden(self, args, params)",
+            "reference/nosuchlayer/pytorch_reference.py (a task declared outside the repository: in a "
+            "pytorch_reference.py beside the module that declares it); or define compute_golden(self, args, params)",
         ),
     ),
     "duplicate_names": (
