@@ -242,3 +242,17 @@ def test_golden_of_names_the_function_and_its_file(tmp_path) -> None:
     assert golden_of(types.SimpleNamespace(), "wrapped_layer", [tmp_path]) == f"wrapped_layer() of {helpers}{tail}"
     assert golden_of(types.SimpleNamespace(), "object_layer", [tmp_path]) == f"object_layer() of {ref}{tail}"
     assert golden_of(types.SimpleNamespace(), "builtin_layer", [tmp_path]) == f"builtin_layer() of {ref}{tail}"
+
+
+def test_a_reference_whose_parameters_are_not_the_inputs_names_both(tmp_path) -> None:
+    """The reference is called with the scene's inputs by name; one whose parameters are named
+    otherwise gets a GoldenError with its signature and the names it was called with (it had been a
+    TypeError from deep in the plugin)."""
+    (tmp_path / "pytorch_reference.py").write_text("def layer(x, scale=1.0):\n    return x * scale\n")
+    with pytest.raises(GoldenError) as e:
+        golden(types.SimpleNamespace(), "layer", {"input": torch.ones(2), "y": Out(torch.empty(2))}, {}, [tmp_path], ["y"])
+    assert str(e.value) == (
+        f"layer() of {tmp_path / 'pytorch_reference.py'}: takes (x, scale=1.0), but the golden calls it with the scene's "
+        "inputs by name (input): missing a required argument: 'x'; name its parameters after the generate_args names, "
+        "or define compute_golden(self, args, params)"
+    )
