@@ -236,9 +236,10 @@ def _run_case(
         guards.raise_with(
             damage, lambda: compare_outputs(scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph)
         )
-    except (AssertionError, mpk.KernelError) as e:
+    except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
-        raise SceneFailure(_failure_text(e, setup, params, saved, golden_from)) from None
+        text = f"BuildError: {e}" if isinstance(e, mpk.BuildError) else e
+        raise SceneFailure(_failure_text(text, setup, params, saved, golden_from)) from None
     finally:
         if pk is not None:
             try:
@@ -302,7 +303,7 @@ def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str]
 
 
 def _failure_text(
-    e: BaseException, setup: Setup, params: dict[str, Any], saved: list[str], golden_from: str | None = None
+    e: BaseException | str, setup: Setup, params: dict[str, Any], saved: list[str], golden_from: str | None = None
 ) -> str:
     """The report of a failed case; ``golden_from`` (golden_of) once there is a golden to compare with."""
     return "\n".join(

@@ -117,11 +117,28 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
     def make(tmp: Path) -> None:
         with fs_errors("write the build's files in", tmp):
             (tmp / SOURCE).write_text(source)
-        compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
+        try:
+            compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
+        except BuildError as e:  # its lines name the source in tmp, which goes: name a copy that stays
+            kept = _keep_failed_source(source, entry.name)
+            raise BuildError(str(e).replace(str(tmp / SOURCE), str(kept)) if kept else str(e)) from None
 
     flags = flags_for(arch, python_extension, device_only)
     record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
     return publish(entry, key, filename, record, make)
+
+
+def _keep_failed_source(source: str, name: str) -> Path | None:
+    """A copy of a source nvcc refused, at ``<cache>/failed/<entry>.cu``, for the error's file:line
+    references to point at (the build's own directory is removed); None if it cannot be written."""
+    try:
+        failed = cache_root() / "failed"
+        failed.mkdir(exist_ok=True)
+        kept = failed / f"{name}.cu"
+        kept.write_text(source)
+        return kept
+    except (OSError, BuildError):
+        return None
 
 
 def _check_scheduler(arch: str) -> None:

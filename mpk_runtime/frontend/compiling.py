@@ -61,12 +61,12 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     else:
         source, graph, signature = lower(k.graph, p, k.arch)
     on_gpu = k.backend == "gpu"
-    build_result = build(source, k.arch, on_gpu)
-    module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     written: dict[str, Path] = {}
-    if output_dir is not None:
+    if output_dir is not None:  # before the build: a source nvcc refuses is there to read and edit
         overrides = {name: k.meta_tensors[name] for name in p.meta_tensors}
         written = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
+    build_result = build(source, k.arch, on_gpu)
+    module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     heap = comm.bind(k.graph, graph, p, k.backend, module, k.device)
     tensors = {name: t.data for name, t in k.graph.tensors.items()}
     inputs = RunInputs(module, source, graph, tensors, k.meta_tensors, k.batch, k.device, k.arch, k.worker_threads)

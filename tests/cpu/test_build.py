@@ -200,11 +200,23 @@ def test_nvcc_error_raises_build_error_with_the_compiler_output(monkeypatch, tmp
     source = '#include "runtime/task_api.cuh"\nstatic_assert(false, "mpk test: a deliberate compile error");\n'
     with pytest.raises(
         BuildError,
-        match=r"(?s)nvcc failed \(\d+\) building .*source\.cu for sm80:\n.*"
+        match=r"(?s)nvcc failed \(\d+\) building .*\.cu for sm80:\n.*"
         r"mpk test: a deliberate compile error.*\ncommand: .*nvcc",
     ):
         build.build_module(source, "sm80", "broken")
     assert [p.name for p in (tmp_path / "modules").iterdir() if not p.name.endswith(".lock")] == []  # nothing published
+
+
+def test_an_nvcc_error_names_a_copy_of_the_source_that_stays(monkeypatch, tmp_path):
+    """nvcc's file:line references point at the build's own directory, which is removed: the error
+    names a copy kept under the cache's failed/ instead, which holds the source as built."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    source = '#include "runtime/task_api.cuh"\nstatic_assert(false, "mpk test: a deliberate compile error");\n'
+    with pytest.raises(BuildError) as e:
+        build.build_module(source, "sm80", "broken")
+    (kept,) = (tmp_path / "failed").glob("broken-sm80-*.cu")
+    assert kept.read_text() == source
+    assert f"{kept}(2)" in str(e.value) and ".tmp" not in str(e.value).split("\ncommand:")[0]
 
 
 def test_missing_nvcc_is_a_build_error(monkeypatch, tmp_path):

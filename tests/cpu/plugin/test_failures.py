@@ -268,3 +268,37 @@ def test_a_non_contiguous_input_is_refused_as_attach_input_refuses_it(pytester: 
     result.stdout.fnmatch_lines(
         ["LayoutError: tensor 'input' with shape (2, 256) and strides (1, 2) is not contiguous; pass tensor.contiguous()"]
     )
+
+
+def test_a_build_error_keeps_the_source_and_gives_the_repro(pytester: pytest.Pytester, scenes, monkeypatch) -> None:
+    """nvcc refusing the generated source: the case's artifacts directory holds test_rank0.cu (written
+    before the build) and the report ends with the artifacts and repro lines, as any failure's."""
+    from mpk_runtime import BuildError
+    from mpk_runtime.build import cache
+
+    def refuse(source_path, out, arch, *args, **kwargs):
+        raise BuildError(f"nvcc failed (1) building {source_path} for {arch}:\n{source_path}(3): error: expected a ';'")
+
+    monkeypatch.setattr(cache, "compile_to", refuse)
+    monkeypatch.setenv("MPK_CACHE_DIR", str(pytester.path / "cache"))
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from scenes import NormScene
+
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+    """
+    )
+    result = pytester.runpytest_inprocess("--mpk-backend", "compile-only", "--arch", "sm90")
+    result.assert_outcomes(failed=1)
+    kept = pytester.path / ".mpk-artifacts" / "test_scene.py_TestNorm_b2_sm90"
+    result.stdout.fnmatch_lines(
+        [
+            f"BuildError: nvcc failed (1) building {pytester.path}/cache/failed/*.cu for sm90:",
+            f"artifacts: {kept} (*test_rank0.cu*)",
+            "repro: pytest 'test_scene.py::TestNorm::b2[[]sm90[]]' -p mpk *",
+        ]
+    )
+    assert (kept / "test_rank0.cu").is_file()
