@@ -260,12 +260,13 @@ _DROP = object()
         (dict(inputs={"class": split(x=0)}), r"\['class'\] cannot name a keyword argument of pk.probe_task_layer"),
         (dict(token_dims={"inp": 0}), r"token_dims names \['inp'\], which are not arguments \(input, output\)"),
         (dict(phases="load"), r"phases must be a tuple of names, one per Runtime::mark, got 'load'"),
+        (dict(smem_function=64), r"smem_function must be None or the name of a constexpr C\+\+ function, got 64"),
         (dict(headers={"sm90": "/tmp/mine.cuh"}), r"header '/tmp/mine.cuh' for sm90 must be a path relative to .*relpath"),
         (dict(headers={"sm90": "mine.cuh"}), r"header 'mine.cuh' for sm90 not found under .* \(headers are paths relative"),
     ],
     ids=["no function", "function not a C++ name", "a partition that is not one", "an input and an output of one name",
-         "a scalar named grid_dim", "a keyword", "token_dims of no argument", "phases as a string", "an absolute header",
-         "a missing header"],
+         "a scalar named grid_dim", "a keyword", "token_dims of no argument", "phases as a string", "smem_function a number",
+         "an absolute header", "a missing header"],
 )  # fmt: skip
 def test_a_declaration_the_runtime_could_not_use_is_refused_at_registration(fields, message):
     from mpk_runtime.tasks import registry
@@ -326,3 +327,19 @@ def test_a_spec_declared_outside_the_repository_finds_its_reference_beside_it(tm
     out = torch.zeros(4)
     spec.emulate({"input": torch.arange(4.0)}, {"output": out}, {}, None)
     assert out.tolist() == [0.0, 3.0, 6.0, 9.0]
+
+
+def test_a_registration_hook_that_fails_leaves_nothing_registered(monkeypatch):
+    """What registering a task makes (the layer method, ...) failing: the spec is taken out again, so
+    that once fixed it can be registered in the same session (it had stayed, "already registered")."""
+    from mpk_runtime.tasks import registry
+
+    def broken(spec):
+        raise ValueError("no layer method for you")
+
+    monkeypatch.setattr(registry, "_ON_REGISTER", [*registry._ON_REGISTER, broken])
+    opcodes = {n: registry.get(n).opcode for n in registry.names()}
+    with pytest.raises(GraphError, match=r"^task spec ProbeTask: ValueError: no layer method for you"):
+        register_task(_spec())
+    assert "probe_task" not in registry.names()
+    assert {n: registry.get(n).opcode for n in registry.names()} == opcodes  # numbered as before
