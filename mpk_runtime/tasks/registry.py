@@ -7,6 +7,7 @@ reference. Nothing about a task is written twice.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def register_task(cls: type[TaskSpec]) -> type[TaskSpec]:
     where = f"task spec {cls.__qualname__}"
     if not getattr(cls, "name", "").isidentifier():
         raise GraphError(f"{where}: name must be an identifier, got {getattr(cls, 'name', None)!r}")
-    if spec.name in _REGISTRY:
+    if spec.name in _REGISTRY and not _same_declaration(_REGISTRY[spec.name], spec):
         raise GraphError(f"{where}: a task named {spec.name!r} is already registered")
     if len(spec.inputs) > contract.MAX_INPUTS or len(spec.outputs) > contract.MAX_OUTPUTS:
         raise ArityError(
@@ -80,16 +81,34 @@ def register_task(cls: type[TaskSpec]) -> type[TaskSpec]:
                 f"(outputs: {', '.join(spec.outputs)}; inputs: {', '.join(spec.inputs)})"
             )
     check_declaration(spec, where)
+    previous = _REGISTRY.get(spec.name)  # the same declaration, imported again
     _REGISTRY[spec.name] = spec
     _renumber()
     try:
         for callback in _ON_REGISTER:
             callback(spec)
     except Exception as e:  # not left half registered: fixed, the spec can be registered again
-        del _REGISTRY[spec.name]
+        if previous is None:
+            del _REGISTRY[spec.name]
+        else:
+            _REGISTRY[spec.name] = previous
         _renumber()
         raise GraphError(f"{where}: {type(e).__name__}: {e}") from e
     return cls
+
+
+def _same_declaration(old: TaskSpec, new: TaskSpec) -> bool:
+    """Whether ``new`` is ``old``'s class declared again by the same file (a scene file that registers
+    its task, run as ``python test_x.py``: imported once as __main__ and once as the test module)."""
+    a, b = type(old), type(new)
+    return a.__qualname__ == b.__qualname__ and old.declared_in() == new.declared_in() and _file(a) == _file(b)
+
+
+def _file(cls: type) -> str | None:
+    try:
+        return inspect.getfile(cls)
+    except (TypeError, OSError):
+        return None
 
 
 def _renumber() -> None:

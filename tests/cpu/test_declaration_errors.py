@@ -4,10 +4,13 @@ keep is refused by the call that declares it, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from cpu_helpers import graph_of, rmsnorm_tensors
 
+from mpk_runtime import resources
 from mpk_runtime.errors import ConfigError, DTypeError, GraphError, MemoryBudgetError, StateError
 from mpk_runtime.tasks.partition import split
 from mpk_runtime.tasks.registry import register_task
@@ -343,3 +346,30 @@ def test_a_registration_hook_that_fails_leaves_nothing_registered(monkeypatch):
         register_task(_spec())
     assert "probe_task" not in registry.names()
     assert {n: registry.get(n).opcode for n in registry.names()} == opcodes  # numbered as before
+
+
+def test_one_file_imported_twice_registers_its_task_once(tmp_path, monkeypatch):
+    """A scene file that declares its own task and is run as ``python test_x.py`` is imported twice
+    (as __main__, and as the test module): the second registration of the same class from the same
+    file replaces the first instead of failing as a name clash. Another class of that name still
+    clashes."""
+    import importlib.util
+    import sys
+
+    from mpk_runtime.tasks import registry
+
+    header = os.path.relpath(resources.CSRC_TASKS / "common" / "noop.cuh", resources.CSRC_TASKS)
+    (tmp_path / "twice.py").write_text(
+        "from mpk_runtime.tasks.registry import TaskSpec, register_task, split\n\n"
+        "@register_task\nclass TwiceProbe(TaskSpec):\n    name = 'twice_probe'\n    inputs = {'input': split(x=0)}\n"
+        f"    outputs = {{'output': split(x=0)}}\n    headers = {{'sm90': {header!r}}}\n    function = 'probe::twice'\n"
+    )
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the session's registry as it was, after
+    for module in ("__main__twice", "twice_as_test"):
+        loader = importlib.util.spec_from_file_location(module, tmp_path / "twice.py")
+        m = importlib.util.module_from_spec(loader)
+        monkeypatch.setitem(sys.modules, module, m)
+        loader.loader.exec_module(m)
+    assert type(registry.get("twice_probe")) is m.TwiceProbe
+    with pytest.raises(GraphError, match=r"a task named 'twice_probe' is already registered"):
+        register_task(type("TwiceProbe", (TaskSpec,), dict(vars(m.TwiceProbe), __qualname__="Other")))
