@@ -37,11 +37,18 @@ class SceneClass(pytest.Collector):
         """Ranks of the scene: ``@scene_test(world_size=...)``, else the marker ``mpk_world_size(n)``, else 1."""
         marker = self.get_closest_marker("mpk_world_size")
         n = scene_info(self.cls).world_size
-        if n == 1 and marker is not None:
-            n = marker.args[0] if marker.args else marker.kwargs.get("n", 1)
-            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 32:
-                raise self.CollectError(f"{self.cls.__qualname__}: mpk_world_size({n!r}) needs a number of ranks in [1, 32]")
-        return n
+        if marker is None:
+            return n
+        where = f"{self.cls.__qualname__}: mpk_world_size"
+        if len(marker.args) + len(marker.kwargs) != 1 or set(marker.kwargs) - {"n"}:
+            given = ", ".join([*map(repr, marker.args), *(f"{k}={v!r}" for k, v in marker.kwargs.items())])
+            raise self.CollectError(f"{where}({given}): give the number of ranks alone, e.g. mpk_world_size(4)")
+        m = marker.args[0] if marker.args else marker.kwargs["n"]
+        if not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= 32:
+            raise self.CollectError(f"{where}({m!r}) needs a number of ranks in [1, 32]")
+        if n > 1 and m != n:
+            raise self.CollectError(f"{where}({m}) and @scene_test(world_size={n}) disagree; say the number of ranks once")
+        return m
 
     def collect(self) -> list[pytest.Item]:
         from .session import SESSION_KEY

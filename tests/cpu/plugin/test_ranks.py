@@ -380,3 +380,31 @@ def test_mpk_replay_of_a_multi_rank_case_is_refused_not_ignored(pytester: pytest
     result.stdout.fnmatch_lines(
         [f"--mpk-replay {kept}: a scene on 2 ranks is not replayed by the plugin *; run the case without --mpk-replay, *"]
     )
+
+
+MARKS = {  # the decorators above the scene class, and the collection error
+    "bare": ("@pytest.mark.mpk_world_size", "mpk_world_size(): give the number of ranks alone, e.g. mpk_world_size(4)"),
+    "another keyword": ("@pytest.mark.mpk_world_size(ranks=4)", "mpk_world_size(ranks=4): give the number of ranks alone*"),
+    "two numbers": ("@pytest.mark.mpk_world_size(2, 4)", "mpk_world_size(2, 4): give the number of ranks alone*"),
+    "disagreeing with the decorator": (
+        "@pytest.mark.mpk_world_size(4)",
+        "mpk_world_size(4) and @scene_test(world_size=2) disagree; say the number of ranks once",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MARKS, ids=list(MARKS))
+def test_a_world_size_marker_is_one_number_that_agrees(pytester: pytest.Pytester, scenes, sums, case) -> None:
+    """Read as it was written or refused: a bare marker or one with another keyword had meant one rank,
+    an extra number was ignored, and the decorator silently won over a marker that disagreed."""
+    mark, message = MARKS[case]
+    decorator = (
+        "@scene_test(layer='allreduce', world_size=2)" if case.startswith("disagreeing") else "@scene_test(layer='allreduce')"
+    )
+    pytester.makepyfile(
+        test_scene=f"import pytest\nfrom pytest_mpk import scene_test\nfrom sums import SumScene\n\n{mark}\n{decorator}\n"
+        "class TestTwo(SumScene):\n    pass\n"
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*TestTwo: {message}*"])
