@@ -520,7 +520,21 @@ void schedule(Block &b) {
   int lagging = b.cfg.order == kShuffled ? pick_lagging_warp(num_warps, rng) : -1;
   bool moved_last = true;  // the last round moved (not only __nanosleep spinners)
   long idle_rounds = 0;
+  auto const started = std::chrono::steady_clock::now();
   for (;;) {
+    if (b.cfg.time_limit_s > 0 &&
+        std::chrono::steady_clock::now() - started > std::chrono::seconds(b.cfg.time_limit_s)) {
+      int const running = static_cast<int>(
+          std::find_if(b.threads, b.threads + n, [](Thread const &t) { return t.state != State::kDone; }) - b.threads);
+      Thread const &t = b.threads[running];
+      std::string const place = t.state != State::kRunnable && t.state != State::kYielded ? " waits at " + waiting_at(t)
+                                : t.site.file ? " last synchronized at " + where(t.site)
+                                              : " runs";
+      b.failure = prefix("hang") + "the block has run past the emulator's limit of " +
+                  std::to_string(b.cfg.time_limit_s) + " s, and its threads go on without finishing (" +
+                  describe_thread(running) + place + "): a loop that does not end?";
+      return;
+    }
     order.clear();
     for (int i = 0; i < n; ++i) {
       Thread &t = b.threads[i];
@@ -798,7 +812,7 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   tls_block = &b;
   if (cfg.race_check) race_begin(b);
   {
-    FaultScope const faults;
+    FaultScope const faults(cfg.time_limit_s);
     schedule(b);
   }
   std::string const races = cfg.race_check ? race_end(b) : std::string();

@@ -55,6 +55,7 @@ struct RunConfig {
   size_t dynamic_smem_capacity;
   size_t dynamic_smem_bytes;
   Memory memory;
+  int time_limit_s = 0;  // > 0: a block still running after this many seconds is stopped as a hang
 };
 
 enum RunStatus : int { kRunOk = 0, kRunDetected = 2, kRunInvalid = 3 };

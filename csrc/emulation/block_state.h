@@ -108,8 +108,9 @@ std::string race_end(Block &b);  // the findings, as text ("" when none)
 
 // Faults (faults.cpp): a handler for SIGSEGV / SIGBUS / SIGFPE while the block runs.
 struct FaultScope {
-  FaultScope();
+  explicit FaultScope(int time_limit_s = 0);  // > 0: also a timer that stops a fiber spinning past it
   ~FaultScope();
+  void *timer = nullptr;  // the timer_t, when armed
 };
 std::string describe_fault(Block const &b);
 

@@ -80,7 +80,7 @@ typedef struct MpkEmuOptions {
   MpkEmuRange const *readable;  // sorted, disjoint: the task's input and output slices, the meta tensors
   MpkEmuRange const *writable;  // sorted, disjoint: its output slices
   int32_t num_writable;
-  int32_t reserved;
+  int32_t time_limit_s;  // > 0: a task still running after this many seconds is stopped as a hang
   char const *slices;  // the same in words ("reads x[0:2, 0:64]; writes y[0:2, 0:64]"), for reports
 } MpkEmuOptions;
 
@@ -131,6 +131,7 @@ inline RunConfig run_config(MpkEmuOptions const &opt, uint32_t task_id, uint32_t
   cfg.order = opt.order;
   cfg.seed = opt.seed;
   cfg.race_check = opt.race_check != 0;
+  cfg.time_limit_s = opt.time_limit_s;
   cfg.task_id = task_id;
   cfg.dynamic_smem = dynamic_smem;
   cfg.dynamic_smem_capacity = sizeof dynamic_smem;

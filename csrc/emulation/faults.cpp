@@ -7,6 +7,11 @@
 // handler restores the previous action and returns, so the instruction faults again into it (Python's
 // faulthandler, say). Both the action and the alternate stack are put back after every run.
 //
+// With a time limit, a timer of this OS thread (signal kTimerSignal, every second after the limit)
+// stops a fiber that never yields (a spin on a plain load, say): its handler reports the hang with
+// the thread and the source line it was interrupted at, and leaves the fiber as a fault does. A
+// fiber that does yield is stopped by the scheduler's own look at the clock after each round.
+//
 // guarded_alloc gives each tensor an inaccessible page before and after it, its end (rounded up to
 // 16 bytes, so that vector accesses stay aligned) flush against the page after: an access past the
 // end of a tensor faults, at no cost per access, and the report names the tensor.
@@ -15,8 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
 
 #include "emulation/block_state.h"
 
@@ -29,8 +40,10 @@ constexpr size_t kAltStackBytes = 64 << 10;
 
 struct Saved {
   struct sigaction actions[3];
+  struct sigaction timer_action;
   stack_t stack;
 };
+int const kTimerSignal = SIGRTMIN + 5;
 thread_local Saved saved;
 thread_local char *alt_stack = nullptr;
 
@@ -62,6 +75,32 @@ void on_fault(int sig, siginfo_t *info, void *context) {
   abandon_fiber(std::string());
 }
 
+std::string pc_location(uintptr_t pc);
+
+// The time limit's signal. In a fiber: the block has run past its limit and this fiber never gave
+// the scheduler a chance to look (it would have): stop the block here. Elsewhere (the scheduler, the
+// emulator's own code): nothing, the scheduler looks at the clock after its round.
+void on_timer(int sig, siginfo_t *, void *context) {
+  Block *b = tls_block;
+  Thread *t = tls_thread;
+  if (!b || !t) return;
+  uintptr_t pc = 0;
+#if defined(__x86_64__)
+  pc = static_cast<uintptr_t>(static_cast<ucontext_t const *>(context)->uc_mcontext.gregs[REG_RIP]);
+#else
+  (void)context;
+#endif
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  sigaddset(&unblock, sig);
+  pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
+  abandon_fiber(finding("hang") + "the block has run past the emulator's limit of " +
+                std::to_string(b->cfg.time_limit_s) + " s, and " + describe_thread(t->tid) + " was still running at " +
+                pc_location(pc) +
+                ", never reaching a point where the scheduler could switch threads (a spin on a "
+                "plain load? a loop that does not end?)");
+}
+
 std::string pc_location(uintptr_t pc) {
   uintptr_t const base = module_base();
   if (pc < base) {
@@ -75,7 +114,7 @@ std::string pc_location(uintptr_t pc) {
 
 }  // namespace
 
-FaultScope::FaultScope() {
+FaultScope::FaultScope(int time_limit_s) {
   if (!alt_stack) alt_stack = static_cast<char *>(malloc(kAltStackBytes));
   stack_t st{};
   st.ss_sp = alt_stack;
@@ -86,9 +125,37 @@ FaultScope::FaultScope() {
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &saved.actions[i]);
+  if (time_limit_s <= 0) return;
+  struct sigaction ta{};
+  ta.sa_sigaction = &on_timer;
+  ta.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&ta.sa_mask);
+  sigaction(kTimerSignal, &ta, &saved.timer_action);
+  struct sigevent ev{};
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = kTimerSignal;
+  ev.sigev_notify_thread_id = static_cast<pid_t>(syscall(SYS_gettid));
+  timer_t id;
+  if (timer_create(CLOCK_MONOTONIC, &ev, &id) != 0) {  // no timer: the scheduler's own look remains
+    sigaction(kTimerSignal, &saved.timer_action, nullptr);
+    return;
+  }
+  struct itimerspec when{};
+  // A second after the limit: a fiber that yields is stopped by the scheduler's look at the clock at
+  // the limit, with its threads' places; the timer is for the fiber that never yields.
+  when.it_value.tv_sec = time_limit_s + 1;
+  when.it_interval.tv_sec = 1;  // again, in case one came while the scheduler ran
+  timer_settime(id, 0, &when, nullptr);
+  timer = new timer_t(id);
 }
 
 FaultScope::~FaultScope() {
+  if (timer) {
+    timer_t *id = static_cast<timer_t *>(timer);
+    timer_delete(*id);
+    delete id;
+    sigaction(kTimerSignal, &saved.timer_action, nullptr);
+  }
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &saved.actions[i], nullptr);
   sigaltstack(&saved.stack, nullptr);
 }

@@ -96,7 +96,8 @@ def slice_view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | N
 class HostTasks:
     """The CUDA bodies compiled for the host, on guarded copies of the tensors (allocated once per
     kernel, copied in and out per launch). ``check``: a race-checking module (races, uninitialized
-    shared memory, misalignment) that also bounds every global access by the task's slices."""
+    shared memory, misalignment) that also bounds every global access by the task's slices.
+    ``time_limit_s``: a task still running after that many seconds is stopped and reported as a hang."""
 
     def __init__(
         self,
@@ -106,8 +107,10 @@ class HostTasks:
         meta: dict[str, torch.Tensor],
         cfg: batching.BatchConfig,
         check: bool = False,
+        time_limit_s: int = 0,
     ):
         self.module, self.graph, self.meta, self.cfg, self.check = module, graph, meta, cfg, check
+        self.time_limit_s = time_limit_s
         written = {t.name for t in graph.tensors if t.direction != "IN"}
         self.memory = GuardedTensors(module, tensors, meta, written)
         self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
@@ -132,6 +135,7 @@ class HostTasks:
             seed=order_seed,
             memory=self.task_memory[t.id],
             check_slices=self.check,
+            time_limit_s=self.time_limit_s,
         )
         if run.ok:
             return

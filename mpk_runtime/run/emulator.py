@@ -51,11 +51,12 @@ class EmulatedKernel:
         cfg: batching.BatchConfig,
         module: HostModule | None = None,
         check: bool = False,
+        time_limit_s: int = 0,
     ):
         _check_tensors(graph, tensors)
         self.graph, self.tensors, self.meta, self.cfg = graph, tensors, meta, cfg
         self.tasks: Tasks = (
-            HostTasks(module, graph, tensors, meta, cfg, check)
+            HostTasks(module, graph, tensors, meta, cfg, check, time_limit_s)
             if module is not None
             else ReferenceTasks(graph, tensors, meta, cfg)
         )

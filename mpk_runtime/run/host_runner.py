@@ -57,7 +57,7 @@ class Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
         ("readable", C.POINTER(Range)),
         ("writable", C.POINTER(Range)),
         ("num_writable", C.c_int32),
-        ("reserved", C.c_int32),
+        ("time_limit_s", C.c_int32),
         ("slices", C.c_char_p),
     ]
 
@@ -193,17 +193,21 @@ class HostModule:
         num_threads: int = 0,
         memory: Memory | None = None,
         check_slices: bool = False,
+        time_limit_s: int = 0,
     ) -> TaskRun:
         """Run the task ``desc`` with dispatcher case ``variant``. ``order``: which runnable thread goes
         first between synchronization points ("in_order", "reversed", "shuffled" by ``seed``);
         ``race_check`` defaults to what the module was built with; ``memory`` names the tensors, and
-        with ``check_slices`` (race checking) bounds every global access by its slices."""
+        with ``check_slices`` (race checking) bounds every global access by its slices; ``time_limit_s``
+        > 0 stops a task still running after that many seconds and reports it as a hang."""
         if order not in ORDERS:
             raise ConfigError(f"order={order!r}; use one of {', '.join(ORDERS)}")
         if len(desc) != abi.TASK_DESC.size:
             raise ConfigError(f"a task descriptor is {abi.TASK_DESC.size} bytes, got {len(desc)}")
         check = self.race_check if race_check is None else race_check
-        opts = Options(order=ORDERS[order], race_check=int(check), seed=seed, num_threads=num_threads)
+        opts = Options(
+            order=ORDERS[order], race_check=int(check), seed=seed, num_threads=num_threads, time_limit_s=max(0, int(time_limit_s))
+        )
         if memory is not None:
             memory.fill(opts, check_slices)
         smem = self.dynamic_smem_bytes if dynamic_smem is None else dynamic_smem

@@ -7,6 +7,7 @@ build result is returned beside the runner, for the report."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,12 @@ class RunInputs:
     worker_threads: int
 
 
+def task_time_limit(watchdog_timeout: float) -> int:
+    """Seconds an emulated task body may run before it is stopped as a hang: ten times the watchdog
+    timeout, at least a minute (a body runs thousands of times slower on the CPU than on the GPU)."""
+    return max(60, math.ceil(10 * watchdog_timeout))
+
+
 def start_runner(
     backend: str, r: RunInputs, p: Any, profiler: Any, heap: PeerHeap | None
 ) -> tuple[Runner | None, BuildResult | None]:
@@ -58,7 +65,8 @@ def start_runner(
     if backend == "emulated":
         host_build = build_host_module(r.source, r.arch, dispatcher.module_name_of(r.source), race_check=p.emulate_check)
         host = host_runner.load_module(host_build.path)
-        return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch, host, check=p.emulate_check), host_build
+        limit = task_time_limit(p.watchdog_timeout)
+        return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch, host, check=p.emulate_check, time_limit_s=limit), host_build
     if backend == "emulated-reference":
         return EmulatedKernel(r.graph, r.tensors, r.meta, r.batch), None
     return None, None

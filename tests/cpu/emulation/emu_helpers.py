@@ -56,6 +56,8 @@ KERNELS = [
     "named_barrier_half_warps",
     "named_barrier_invalid",
     "shared_bf16_tile",
+    "spins_without_yielding",
+    "barriers_forever",
 ]
 
 

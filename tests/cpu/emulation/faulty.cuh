@@ -98,6 +98,19 @@ __device__ void spin_forever(TaskDesc const &, Runtime const &) {
   if (threadIdx.x == 1) *flag = 1;
 }
 
+// Thread 0 spins on a plain load of a word nobody writes: it never yields to the scheduler.
+__device__ void spins_without_yielding(TaskDesc const &task, Runtime const &) {
+  uint32_t volatile *word = task.output<uint32_t>(0);  // zero
+  if (threadIdx.x == 0)
+    while (word[0] == 0) {  // @spins-without-yielding
+    }
+}
+
+// Every thread loops through barriers forever: each round moves, and the block never ends.
+__device__ void barriers_forever(TaskDesc const &, Runtime const &) {
+  for (;;) __syncthreads();  // @barriers-forever
+}
+
 // Reads dynamic shared memory before anyone wrote it (on the device: what an earlier task left).
 __device__ void reads_unwritten(TaskDesc const &task, Runtime const &) {
   task.output<uint32_t>(0)[threadIdx.x] =

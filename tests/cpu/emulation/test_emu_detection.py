@@ -85,6 +85,24 @@ def test_spin_that_cannot_end(kernels):
     )
 
 
+def test_a_spin_that_never_yields_is_stopped_at_the_time_limit(kernels):
+    """A loop on a plain load never returns to the scheduler: the limit's timer stops it and names
+    the thread and the line (it had hung the process, without a word)."""
+    report = detected(kernels, "spins_without_yielding", time_limit_s=1)
+    assert report.startswith(
+        "hang in task 5: the block has run past the emulator's limit of 1 s, and thread 0 (warp 0, lane 0) was still "
+        f"running at {marked('spins-without-yielding')}"
+    ), report
+
+
+def test_barriers_forever_are_stopped_at_the_time_limit(kernels):
+    report = detected(kernels, "barriers_forever", time_limit_s=1)
+    assert report.startswith(
+        "hang in task 5: the block has run past the emulator's limit of 1 s, and its threads go on without finishing "
+        f"(thread 0 (warp 0, lane 0) last synchronized at {marked('barriers-forever')}): a loop that does not end?"
+    ), report
+
+
 def test_trap(kernels):
     assert detected(kernels, "traps") == f"trap in task 5: thread 9 (warp 0, lane 9) at {marked('traps')}: __trap()"
 

@@ -250,3 +250,23 @@ def test_rmsnorm_writing_into_its_input(pytester, inject):
     result.stdout.fnmatch_lines(
         ["input 'input' changed: 8 elements (first at (0, 1)), but no task writes an input; the element lies in the *"]
     )
+
+
+def test_rmsnorm_that_never_ends(pytester, inject, monkeypatch):
+    """A body that loops forever fails its emulated case with the stuck thread and line, once the task
+    has run past the emulator's limit (start.task_time_limit, a second here); it had hung the process."""
+    at = inject(
+        "tasks/common/rmsnorm.cuh",
+        "    T const *xr = x + static_cast<size_t>(r) * HIDDEN;",
+        "    T const *xr = x + static_cast<size_t>(r) * HIDDEN;\n"
+        "    if (threadIdx.x == 0)\n      for (int volatile spin = 1; spin;) {\n      }",
+    )
+    monkeypatch.setattr(start, "task_time_limit", lambda watchdog_timeout: 1)
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*hang in task *: the block has run past the emulator's limit of 1 s, and thread 0 (warp 0, lane 0) was "
+            f"still running at {at}:*"
+        ]
+    )
