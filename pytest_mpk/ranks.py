@@ -182,6 +182,7 @@ def run_in_process(
             failures[r] = f"{type(e).__name__}: {e}{_scene_frame(e)}"
     if failures:
         raise _failure(failures, setup, params, world, "in one process")
+    _check_reproducible(scene, params, seed, world, ranks[0])
     notes = {
         f"module {'from the cache' if rk.pk.build_result.cached else 'built'}: {rk.pk.build_result.entry.name}" for rk in ranks
     }
@@ -190,6 +191,29 @@ def run_in_process(
         _emulate_and_check(scene, case, params, setup, seed, ranks, mine)
     if not setup.keep_artifacts:  # passed: compiled only, too
         shutil.rmtree(setup.artifacts, ignore_errors=True)
+
+
+def _check_reproducible(scene: SceneTestCase, params: dict[str, Any], seed: int, world: int, rk: _Rank) -> None:
+    """Under MPI each rank regenerates the other ranks' inputs from the seed for the golden, so
+    generate_args must give the same tensors for the same seed: SceneError naming the first input
+    that differs when rank 0's, drawn again, do not (drawn from a generator the harness does not
+    seed, they would pass emulated and compare against other data under MPI)."""
+    again = generate(scene, rank_params(params, 0, world), seed)
+    for name, v in again.items():
+        if isinstance(v, Out) and not isinstance(v, InOut):
+            continue  # an output's initial data is the harness's (poisoned)
+        t = v.tensor if isinstance(v, Out) else v
+        before = rk.inputs[name]
+        if (
+            t.shape != before.shape
+            or t.dtype != before.dtype
+            or not torch.equal(t.view(-1).view(torch.uint8), before.view(-1).view(torch.uint8))
+        ):
+            raise SceneError(
+                f"{type(scene).__name__}.generate_args gave another {name!r} for the same seed (rank 0, drawn twice); "
+                f"every rank regenerates the others' inputs from the seed: draw from torch's global generator, which "
+                f"the harness seeds, or from a torch.Generator seeded from params"
+            )
 
 
 def _emulate_and_check(

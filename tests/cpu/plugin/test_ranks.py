@@ -408,3 +408,31 @@ def test_a_world_size_marker_is_one_number_that_agrees(pytester: pytest.Pytester
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*TestTwo: {message}*"])
+
+
+def test_inputs_that_the_seed_does_not_give_again_are_refused(pytester: pytest.Pytester, scenes, sums) -> None:
+    """Every rank regenerates the others' inputs from the seed under MPI; inputs drawn from a
+    generator the harness does not seed passed emulated, and would be compared against other data
+    under MPI."""
+    pytester.makepyfile(
+        test_scene="""
+        import random
+        import torch
+        from pytest_mpk import Out, scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            def generate_args(self, params):
+                g = torch.Generator().manual_seed(random.randrange(1 << 30))
+                return {"input": torch.randn(2, 64, generator=g), "output": Out(torch.empty(2, 64))}
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "SceneError: TestTwo.generate_args gave another 'input' for the same seed (rank 0, drawn twice); every rank "
+            "regenerates the others' inputs from the seed: *"
+        ]
+    )
