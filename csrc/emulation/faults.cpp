@@ -25,6 +25,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <utility>
+
 #ifndef sigev_notify_thread_id
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
@@ -49,6 +51,16 @@ thread_local char *alt_stack = nullptr;
 
 size_t page_bytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
+// From a signal handler running on a fiber: unblock the signal (our switch does not restore the
+// signal mask) and leave the fiber for good, with ``msg`` as the block's failure.
+[[noreturn]] void leave_fiber(int sig, std::string msg) {
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  sigaddset(&unblock, sig);
+  pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
+  abandon_fiber(std::move(msg));
+}
+
 void on_fault(int sig, siginfo_t *info, void *context) {
   Block *b = tls_block;
   Thread *t = tls_thread;
@@ -68,11 +80,7 @@ void on_fault(int sig, siginfo_t *info, void *context) {
 #else
   (void)context;
 #endif
-  sigset_t unblock;
-  sigemptyset(&unblock);
-  sigaddset(&unblock, sig);
-  pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);  // our switch does not restore the signal mask
-  abandon_fiber(std::string());
+  leave_fiber(sig, std::string());
 }
 
 std::string pc_location(uintptr_t pc);
@@ -90,15 +98,11 @@ void on_timer(int sig, siginfo_t *, void *context) {
 #else
   (void)context;
 #endif
-  sigset_t unblock;
-  sigemptyset(&unblock);
-  sigaddset(&unblock, sig);
-  pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);
-  abandon_fiber(finding("hang") + "the block has run past the emulator's limit of " +
-                std::to_string(b->cfg.time_limit_s) + " s, and " + describe_thread(t->tid) + " was still running at " +
-                pc_location(pc) +
-                ", never reaching a point where the scheduler could switch threads (a spin on a "
-                "plain load? a loop that does not end?)");
+  leave_fiber(sig, finding("hang") + "the block has run past the emulator's limit of " +
+                       std::to_string(b->cfg.time_limit_s) + " s, and " + describe_thread(t->tid) +
+                       " was still running at " + pc_location(pc) +
+                       ", never reaching a point where the scheduler could switch threads (a spin on a "
+                       "plain load? a loop that does not end?)");
 }
 
 std::string pc_location(uintptr_t pc) {
