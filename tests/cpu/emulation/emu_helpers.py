@@ -58,6 +58,7 @@ KERNELS = [
     "shared_bf16_tile",
     "spins_without_yielding",
     "barriers_forever",
+    "big_local_array",
 ]
 
 

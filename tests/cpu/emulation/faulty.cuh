@@ -258,5 +258,13 @@ __device__ void overflows_its_stack(TaskDesc const &task, Runtime const &) {
   if (threadIdx.x == 5) task.output<uint32_t>(0)[0] = deep(1000);
 }
 
+// A local array of 200 KB (legal on the device, past the emulator's 128 KB fiber stack): thread 0
+// writes its first element and every thread its own last.
+__device__ void big_local_array(TaskDesc const &task, Runtime const &) {
+  float volatile big[50000];  // @big-local-array
+  big[threadIdx.x == 0 ? 0 : 49999] = static_cast<float>(threadIdx.x);
+  task.output<uint32_t>(0)[threadIdx.x] = static_cast<uint32_t>(big[threadIdx.x == 0 ? 0 : 49999]);
+}
+
 }  // namespace test
 }  // namespace mpk

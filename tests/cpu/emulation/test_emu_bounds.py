@@ -129,3 +129,14 @@ def test_cp_async_destination_read_before_the_wait(kernels, race_kernels):
         f"(inlined at {marked('cp-async-issue')}), which lands only at that thread's cp_async_wait_all() (and, for "
         f"other threads, a __syncthreads() after it)"
     )
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["default", "race-checking build"])
+def test_a_local_array_past_the_fiber_stack_is_a_stack_overflow(kernels, race_kernels, checked):
+    """200 KB of locals, past the 128 KB fiber stack: the frame touches each page as it grows
+    (-fstack-clash-protection), so it faults on the guard page and is reported as a stack overflow.
+    It had reached into the next fiber's stack: "OK" by default, a divergent barrier when checked."""
+    run = (race_kernels if checked else kernels).run("big_local_array", torch.zeros(128, dtype=torch.int32))
+    assert run.status == "detected", run
+    assert run.report.startswith("stack overflow in task 5: thread 0 (warp 0, lane 0) at "), run.report
+    assert "ran past its 128 KB stack (large local arrays, or deep recursion)" in run.report
