@@ -21,6 +21,7 @@ from ..tasks.spec import FLOAT32_MAX, TaskSpec
 from ..tasks.spec_checks import checked_template_args
 from .bulk import gc_paused
 from .dependencies import Block, HazardTracker, LayerOrder
+from .partition_checks import check_partitions
 from .shuffle import shuffle
 from .tensors import DTensor, MemoryIndex, Region, TensorSlice, check_new_tensor
 
@@ -155,7 +156,7 @@ class TaskGraph:
                 f"{name}: {num_in} inputs and {num_out} outputs per task; a task carries at most "
                 f"{MAX_INPUTS} inputs and {MAX_OUTPUTS} outputs. Split the layer in two"
             )
-        _check_partitions(name, spec, grid, args)
+        check_partitions(name, spec, grid, args)
         slices = {a.name: _slice_info(a, grid) for a in args}
         targs = checked_template_args(spec, slices, values, name)
         scalars = spec.scalar_values(values, slices)
@@ -231,39 +232,6 @@ def _check_in_place(layer: Layer) -> None:
                 f"{layer.name}: {spec.name} writes {o.tensor!r} as {o.name!r} while its tasks read it as {a.name!r}, so "
                 f"they would read values already overwritten; pass a new tensor as {o.name} (pk.new_tensor(...)). "
                 + (f"In place {spec.name} allows only {', '.join(allowed)}" if allowed else f"{spec.name} cannot run in place")
-            )
-
-
-def _check_partitions(layer: str, spec: TaskSpec, grid: tuple[int, int, int], args: list[Arg]) -> None:
-    used = set()
-    for a in args:
-        for dim, axis in a.partition.selected:
-            used.add(axis)
-            if dim >= a.tensor.num_dims:
-                raise GridError(
-                    f"{layer}: {spec.name} selects rows of dim {dim} of {a.name!r} at run time, but {a.tensor!r} has "
-                    f"only {a.tensor.num_dims} dims"
-                )
-        for dim, axis in a.partition.axes:
-            used.add(axis)
-            if dim >= a.tensor.num_dims:
-                raise GridError(
-                    f"{layer}: {spec.name} splits dim {dim} of {a.name!r}, but {a.tensor!r} has only {a.tensor.num_dims} dims"
-                )
-            g = grid[GRID_AXES.index(axis)]
-            size = a.tensor.shape[dim]
-            if size % g:
-                divisors = [d for d in range(1, size + 1) if size % d == 0][-4:]
-                raise GridError(
-                    f"{layer}: grid_dim {axis}={g} does not divide dim {dim} (size {size}) of {a.name!r} "
-                    f"({spec.name} splits {a.name}'s {a.partition.describe()}); use a divisor of {size}, "
-                    f"e.g. {', '.join(map(str, reversed(divisors)))}"
-                )
-    for axis, g in zip(GRID_AXES, grid):
-        if g > 1 and axis not in used:
-            raise GridError(
-                f"{layer}: grid_dim {axis}={g}, but {spec.name} splits nothing along {axis}: every task would do "
-                f"the same work; use {axis}=1"
             )
 
 

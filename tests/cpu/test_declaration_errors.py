@@ -373,3 +373,22 @@ def test_one_file_imported_twice_registers_its_task_once(tmp_path, monkeypatch):
     assert type(registry.get("twice_probe")) is m.TwiceProbe
     with pytest.raises(GraphError, match=r"a task named 'twice_probe' is already registered"):
         register_task(type("TwiceProbe", (TaskSpec,), dict(vars(m.TwiceProbe), __qualname__="Other")))
+
+
+def test_an_output_no_grid_axis_cuts_is_refused(make_pk, monkeypatch):
+    """A spec whose output is whole() while its input is split by grid x: every task would write the
+    same elements (the first slice's rows, the rest never), and nothing had said so, emulated with the
+    check either."""
+    from mpk_runtime.errors import GridError
+    from mpk_runtime.tasks import registry
+    from mpk_runtime.tasks.partition import whole
+
+    monkeypatch.setattr(type(registry.get("rmsnorm")), "outputs", {"output": whole()})
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk)
+    with pytest.raises(
+        GridError,
+        match=r"^rmsnorm_0: grid_dim x=2, but rmsnorm writes all of \['output'\] in every task along x, so those tasks "
+        r"would write the same elements; split the output along x in the spec, or use x=1",
+    ):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
