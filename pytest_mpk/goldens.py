@@ -37,13 +37,13 @@ def golden(
             namespace.meta = types.SimpleNamespace(**(meta or {}))
         result = compute(namespace, dict(params))
     else:
-        fn = harness.find_reference(layer, search=search)
+        fn, module = harness.find_reference_in(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}
         try:
             bound = inspect.signature(fn).bind(**ins)
         except TypeError as e:  # the call itself would fail: say what it is called with, not where it broke
             raise compare.GoldenError(
-                f"{golden_from_reference(fn, layer, search)}: takes {inspect.signature(fn)}, but the golden calls it with "
+                f"{_reference_text(fn, layer, module)}: takes {inspect.signature(fn)}, but the golden calls it with "
                 f"the scene's inputs by name ({', '.join(ins) or 'none'}): {e}; name its parameters after the "
                 f"generate_args names, or define compute_golden(self, args, params)"
             ) from None
@@ -122,13 +122,13 @@ def golden_of(scene: SceneTestCase, layer: str, search: list[Path]) -> str:
     the reference function that golden() calls and the file that defines it."""
     if getattr(scene, "compute_golden", None) is not None:
         return f"{type(scene).__name__}.compute_golden"
-    fn = harness.find_reference(layer, search=search)
-    return f"{golden_from_reference(fn, layer, search)} ({type(scene).__name__} defines no compute_golden)"
+    fn, module = harness.find_reference_in(layer, search=search)
+    return f"{_reference_text(fn, layer, module)} ({type(scene).__name__} defines no compute_golden)"
 
 
-def golden_from_reference(fn: Any, layer: str, search: list[Path]) -> str:
-    """``layer() of <file>``, as the golden line names the reference ``fn``."""
-    return f"{layer}() of {_source_file(fn) or harness.find_reference_in(layer, search=search)[1]}"
+def _reference_text(fn: Any, layer: str, module: Path) -> str:
+    """``layer() of <file>``, as the golden line names the reference ``fn`` found in ``module``."""
+    return f"{layer}() of {_source_file(fn) or module}"
 
 
 def _source_file(fn: Any) -> str | None:

@@ -8,7 +8,6 @@ import functools
 import inspect
 import os
 import re
-import sysconfig
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from . import devices
+from .frames import is_scene_code
 from .scene import Case, Out, SceneError, SceneTestCase, kernel_params_of, scene_info
 from .session import BACKEND_PROPERTY
 
@@ -352,10 +352,9 @@ class _SceneItem(pytest.Item):
     def _user_frame(self, excinfo) -> str:
         """The innermost frame of the scene's own code (its build(), say): a line ``at file:line, in
         name`` and its source, or nothing when the error was raised outside it."""
-        internal = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
         for entry in reversed(excinfo.traceback):
             path = str(entry.path)
-            if not any(f"/{p}/" in path for p in internal) and not _in_stdlib(path):
+            if is_scene_code(path):
                 try:
                     shown = os.path.relpath(path, self.config.invocation_params.dir)
                 except ValueError:
@@ -374,12 +373,6 @@ class _SceneItem(pytest.Item):
     def reportinfo(self):
         # A line is needed: pytest reports skips (markers, the case skips below) at the item's location.
         return self.path, _line_of(self.scene_class.cls), self.nodeid.split("::", 1)[-1]
-
-
-def _in_stdlib(path: str) -> bool:
-    """Whether ``path`` is a module of Python's own library (contextlib's wrapper of a decorated
-    function, say): never the scene's code."""
-    return Path(path).is_relative_to(sysconfig.get_paths()["stdlib"])
 
 
 def _prebuild_cases(item: _SceneItem, mpk) -> None:

@@ -20,7 +20,6 @@ rank's inputs for the golden, and only outcomes travel between the processes.
 from __future__ import annotations
 
 import shutil
-import sysconfig
 import traceback
 import types
 from pathlib import Path
@@ -32,6 +31,7 @@ import mpk_runtime as mpk
 
 from . import devices, guards
 from .compare import GoldenError, poison
+from .frames import is_scene_code
 from .goldens import as_outputs, compare_outputs, golden_of
 from .runner import SceneFailure, Setup, generate, kernel_params
 from .scene import Case, InOut, Out, PerRank, SceneError, SceneTestCase, scene_info
@@ -327,15 +327,11 @@ def run_this_rank(
         shutil.rmtree(setup.artifacts, ignore_errors=True)
 
 
-_INTERNAL = ("_pytest", "pluggy", "hypothesis", "pytest_mpk", "mpk_runtime", "torch")
-_STDLIB = sysconfig.get_paths()["stdlib"]
-
-
 def _scene_frame(e: BaseException) -> str:
     """Where in the scene's own code (its build(), say) ``e`` was raised: a line ``at file:line, in
     name`` and the statement, as a one-rank case's report shows it; nothing when it was not."""
     for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if not any(f"/{p}/" in frame.filename for p in _INTERNAL) and not Path(frame.filename).is_relative_to(_STDLIB):
+        if is_scene_code(frame.filename):
             return f"\n  at {Path(frame.filename).name}:{frame.lineno}, in {frame.name}:\n    {(frame.line or '').strip()}"
     return ""
 

@@ -17,7 +17,7 @@ from .. import dtypes, memory
 from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
 from ..errors import ArityError, GraphError, GridError
 from ..tasks.partition import GRID_AXES, Arg, SliceInfo
-from ..tasks.spec import FLOAT32_MAX, TaskSpec
+from ..tasks.spec import TaskSpec, fits_descriptor
 from ..tasks.spec_checks import checked_template_args
 from .bulk import gc_paused
 from .dependencies import Block, HazardTracker, LayerOrder
@@ -163,8 +163,7 @@ class TaskGraph:
         if len(scalars) > 2:
             raise ArityError(f"{name}: {spec.name} gives {len(scalars)} descriptor scalars; a descriptor carries 2")
         for i, v in enumerate(scalars):  # what a spec's own scalar_values gives, before it is packed into 32 bits
-            fits = -(2**31) <= v < 2**31 if isinstance(v, int) else isinstance(v, float) and abs(v) <= FLOAT32_MAX
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not fits:
+            if not fits_descriptor(v):
                 raise GraphError(
                     f"{name}: {spec.name}.scalar_values gave {v!r} ({type(v).__name__}) as scalar {i}; a descriptor "
                     f"scalar is an int in int32 range (read with scalar_i) or a finite float within float32 range (scalar_f)"

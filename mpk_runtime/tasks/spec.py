@@ -17,6 +17,16 @@ from .partition import Arg, Partition, SliceInfo
 FLOAT32_MAX = 3.4028234663852886e38
 
 
+def fits_descriptor(v: Any) -> bool:
+    """Whether ``v`` can be a descriptor scalar: an int in int32 range (TaskDesc::scalar_i) or a
+    finite float within float32 range (scalar_f); not a bool."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return -(2**31) <= v < 2**31
+    return isinstance(v, float) and abs(v) <= FLOAT32_MAX
+
+
 @dataclass(frozen=True)
 class EmulationContext:
     """What a slice reference may know besides its slices, as a device body would: its grid index,
@@ -124,14 +134,14 @@ class TaskSpec:
         for k, default in self.scalars.items():
             v = values[k]
             if isinstance(default, numbers.Integral) and not isinstance(default, bool):
-                if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not -(2**31) <= int(v) < 2**31:
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not fits_descriptor(int(v)):
                     raise ConfigError(
                         f"{self.name}: {k}={v!r} must be an integer in [-2**31, 2**31): the descriptor carries it as "
                         f"an int32 (TaskDesc::scalar_i), as its default {default!r} says"
                     )
                 out.append(int(v))
             else:
-                if isinstance(v, bool) or not isinstance(v, numbers.Real) or not abs(float(v)) <= FLOAT32_MAX:
+                if isinstance(v, bool) or not isinstance(v, numbers.Real) or not fits_descriptor(float(v)):
                     raise ConfigError(
                         f"{self.name}: {k}={v!r} must be a finite number within float32 range: the descriptor "
                         f"carries it as a float32 (TaskDesc::scalar_f)"
@@ -180,13 +190,18 @@ class TaskSpec:
                 f"Build for one of those (target_cc) or add csrc/tasks/{arch}/{self.name}.cuh"
             ) from None
 
+    def declared_file(self) -> Path | None:
+        """The file of the module that declares this spec; None where no file is (an interactive session)."""
+        try:
+            return Path(inspect.getfile(type(self)))
+        except (TypeError, OSError):
+            return None
+
     def declared_in(self) -> Path:
         """The directory of the module that declares this spec: a task declared outside the repository
         keeps its pytorch_reference.py there (the slice reference looks there before reference/<name>/)."""
-        try:
-            return Path(inspect.getfile(type(self))).parent
-        except (TypeError, OSError):  # declared where no file is (an interactive session)
-            return Path.cwd()
+        file = self.declared_file()
+        return file.parent if file is not None else Path.cwd()
 
     def signature(self) -> inspect.Signature:
         """The Python signature of ``pk.<name>_layer``, for help() and editors."""

@@ -1,4 +1,4 @@
-"""What ``register_task`` checks of a declaration beyond its counts and headers (registry.py), and of
+"""What ``register_task`` checks of a declaration (its fields, counts, headers, in-place pairs), and of
 what its hooks return, so that a mistake in a task spec is an error naming the spec, the field and
 the fix when it is registered or first used, not a traceback from deep in the graph builder, the
 signature machinery or nvcc."""
@@ -8,9 +8,11 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from ..errors import GraphError
+from .. import archs, contract, resources
+from ..errors import ArityError, GraphError
 from .partition import Partition
 
 _CPP_NAME = re.compile(r"^(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
@@ -18,7 +20,8 @@ _LAYER_KEYWORDS = ("self", "grid_dim", "block_dim")  # what every pk.<name>_laye
 
 
 def check_declaration(spec: Any, where: str) -> None:
-    """GraphError naming the first field of ``spec`` that the runtime could not use."""
+    """GraphError (ArityError for the counts) naming the first field of ``spec`` that the runtime
+    could not use."""
     function = getattr(type(spec), "function", None)
     if not isinstance(function, str) or not _CPP_NAME.match(function):
         raise GraphError(
@@ -39,6 +42,32 @@ def check_declaration(spec: Any, where: str) -> None:
     for field in ("scalars", "options"):
         if not isinstance(getattr(spec, field), Mapping):
             raise GraphError(f"{where}: {field} must be a dict of name -> default, got {getattr(spec, field)!r}")
+    if len(spec.inputs) > contract.MAX_INPUTS or len(spec.outputs) > contract.MAX_OUTPUTS:
+        raise ArityError(
+            f"{where}: {len(spec.inputs)} inputs / {len(spec.outputs)} outputs; a task carries "
+            f"at most {contract.MAX_INPUTS} inputs and {contract.MAX_OUTPUTS} outputs"
+        )
+    if len(spec.scalars) > contract.MAX_SCALARS:
+        raise ArityError(f"{where}: {len(spec.scalars)} scalars; a descriptor carries {contract.MAX_SCALARS}")
+    if not spec.headers or set(spec.headers) - set(archs.NAMES):
+        raise GraphError(f"{where}: headers must map some of {archs.NAMES} to a header, got {spec.headers}")
+    for arch, header in spec.headers.items():
+        if not isinstance(header, str) or Path(header).is_absolute():
+            raise GraphError(
+                f"{where}: header {header!r} for {arch} must be a path relative to {resources.CSRC_TASKS} (the source "
+                f"includes it as tasks/<header>); for a header elsewhere, os.path.relpath(path, resources.CSRC_TASKS)"
+            )
+        if not (resources.CSRC_TASKS / header).is_file():
+            raise GraphError(
+                f"{where}: header {header!r} for {arch} not found under {resources.CSRC_TASKS} (headers are paths "
+                f"relative to it; for a header elsewhere, os.path.relpath(path, resources.CSRC_TASKS))"
+            )
+    for out, inp in spec.in_place.items():
+        if out not in spec.outputs or inp not in spec.inputs or spec.outputs[out] != spec.inputs[inp]:
+            raise GraphError(
+                f"{where}: in_place {out!r} -> {inp!r} must pair an output with an input of the same partition "
+                f"(outputs: {', '.join(spec.outputs)}; inputs: {', '.join(spec.inputs)})"
+            )
     names = [*spec.inputs, *spec.outputs, *spec.scalars, *spec.options]
     bad = [n for n in names if not isinstance(n, str) or not n.isidentifier() or keyword.iskeyword(n)]
     if bad:
