@@ -65,3 +65,19 @@ def test_a_device_bound_figure_is_not_marked(timing, monkeypatch, capsys, tmp_pa
     monkeypatch.setenv("OUT", str(tmp_path))
     timing.save("bench_y", {})
     assert json.loads((tmp_path / "bench_y.json").read_text())["host_bound"] == []
+
+
+def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
+    """nvidia-smi prints a line a GPU; the results had kept them all ("580.159.04\\n580.159.04" on
+    2 x H200)."""
+    import subprocess
+    import types
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(name="NVIDIA H200", multi_processor_count=132)
+    )
+    monkeypatch.setattr(
+        subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="580.159.04\n580.159.04\n", returncode=0)
+    )
+    assert timing.device_facts()["driver"] == "580.159.04"

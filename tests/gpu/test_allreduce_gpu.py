@@ -177,3 +177,32 @@ def test_ranks_that_build_different_graphs_are_refused(world, make):
         match=r"rank \d built a different layers and schedule.* than rank \d: every rank must build the same layers",
     ):
         pk.compile()
+
+
+def test_a_saved_graph_replays_on_every_rank(world, make, tmp_path):
+    """compile(output_dir) on every rank, then each rank's directory replayed in that rank
+    (PersistentKernel.from_artifacts: the communication tensors allocated again): the replayed ranks
+    all-reduce as the built ones did."""
+    batch = 8
+    xs, res = inputs(world, batch, seed=11)
+    out_dir = world.exchange("the artifacts directory", str(tmp_path), 120)[0]  # rank 0's, for every rank
+    pk = make(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch)
+    (out,) = allreduce_graph(pk, xs[world.rank].cuda(), batch, 1, residual=res.cuda())
+    pk.compile(out_dir)
+    pk()
+    pk.synchronize(timeout=60)
+    want = allreduce(xs, res)
+    assert torch.equal(out.cpu(), want)
+    pk.finalize()
+
+    again = torch.full((batch, H), float("nan"), dtype=torch.bfloat16, device="cuda")
+    replayed = mpk.PersistentKernel.from_artifacts(
+        out_dir, {"x": xs[world.rank].cuda(), "res": res.cuda(), "out0": again}, world.rank, comm_timeout=60
+    )
+    try:
+        replayed.compile()
+        replayed()
+        replayed.synchronize(timeout=60)
+    finally:
+        replayed.finalize()
+    assert torch.equal(again.cpu(), want)
