@@ -120,25 +120,25 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
         try:
             compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
         except BuildError as e:  # its lines name the source in tmp, which goes: name a copy that stays
-            kept = _keep_failed_source(source, entry.name)
-            raise BuildError(str(e).replace(str(tmp / SOURCE), str(kept)) if kept else str(e)) from None
+            raise naming_kept_source(e, tmp / SOURCE, source, entry.name) from None
 
     flags = flags_for(arch, python_extension, device_only)
     record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
     return publish(entry, key, filename, record, make)
 
 
-def _keep_failed_source(source: str, name: str) -> Path | None:
-    """A copy of a source nvcc refused, at ``<cache>/failed/<entry>.cu``, for the error's file:line
-    references to point at (the build's own directory is removed); None if it cannot be written."""
+def naming_kept_source(error: BuildError, built: Path, source: str, name: str) -> BuildError:
+    """``error`` of a compiler that refused ``source`` (built as ``built``, in a build directory that
+    is removed), its file:line references pointing at a copy that stays instead:
+    ``<cache>/failed/<entry><suffix of built>``; the error as it was if no copy can be written."""
     try:
         failed = cache_root() / "failed"
         failed.mkdir(exist_ok=True)
-        kept = failed / f"{name}.cu"
+        kept = failed / f"{name}{built.suffix}"
         kept.write_text(source)
-        return kept
     except (OSError, BuildError):
-        return None
+        return error
+    return BuildError(str(error).replace(str(built), str(kept)))
 
 
 def _check_scheduler(arch: str) -> None:

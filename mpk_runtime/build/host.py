@@ -115,12 +115,22 @@ def _key(parts: Sequence[str], files: Sequence[Path]) -> str:
     return h.hexdigest()
 
 
+# What g++ and the assembler say of inline PTX compiled for the CPU.
+_PTX_ON_THE_CPU = re.compile(r"Assembler messages:|impossible constraint in 'asm'|invalid 'asm'|unknown register name")
+_PTX_HINT = (
+    "\nThe host emulator builds task bodies with g++ for the CPU, where inline PTX (asm) cannot assemble: "
+    "put the asm under #ifndef MPK_HOST_EMULATION with C++ that does the same in the #else (as "
+    "csrc/primitives/*.cuh do), or use one of those primitives"
+)
+
+
 def _compile(args: list[str], what: str) -> None:
     proc = subprocess.run([cxx(), *args], capture_output=True, text=True, check=False, cwd=REPO)
     if proc.returncode != 0:
+        said = proc.stderr.strip() or proc.stdout.strip()
         raise BuildError(
-            f"g++ failed ({proc.returncode}) building {what} for the host:\n"
-            f"{proc.stderr.strip() or proc.stdout.strip()}\ncommand: {cxx()} {' '.join(args)}"
+            f"g++ failed ({proc.returncode}) building {what} for the host:\n{said}"
+            f"{_PTX_HINT if _PTX_ON_THE_CPU.search(said) else ''}\ncommand: {cxx()} {' '.join(args)}"
         )
 
 
@@ -199,7 +209,10 @@ def build_host_module(
         (tmp / "source.cpp").write_text(source)
         obj = tmp / "source.o"
         pch = shim_pch(flags, dirs)
-        _compile([*flags, "-include", str(pch) if pch else SHIM, "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
+        try:
+            _compile([*flags, "-include", str(pch) if pch else SHIM, "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
+        except BuildError as e:  # its lines name the source in tmp, which goes: name a copy that stays
+            raise build_cache.naming_kept_source(e, tmp / "source.cpp", source, entry.name) from None
         _compile(["-shared", "-Wl,-z,defs", str(obj), str(archive), "-o", str(tmp / build_cache.MODULE)], name)
 
     record = {"key": key, "arch": arch, "name": name, "race_check": race_check, "flags": flags, "compiler": cxx_version(cxx())}

@@ -18,7 +18,7 @@ from ..contract import MAX_GRID, MAX_INPUTS, MAX_OUTPUTS
 from ..errors import ArityError, GraphError, GridError
 from ..tasks.partition import GRID_AXES, Arg, SliceInfo
 from ..tasks.spec import TaskSpec, fits_descriptor
-from ..tasks.spec_checks import checked_template_args
+from ..tasks.spec_checks import checked_cost, checked_template_args
 from .bulk import gc_paused
 from .dependencies import Block, HazardTracker, LayerOrder
 from .partition_checks import check_partitions
@@ -168,7 +168,7 @@ class TaskGraph:
                     f"{name}: {spec.name}.scalar_values gave {v!r} ({type(v).__name__}) as scalar {i}; a descriptor "
                     f"scalar is an int in int32 range (read with scalar_i) or a finite float within float32 range (scalar_f)"
                 )
-        layer = Layer(len(self.layers), name, spec, grid, values, args, targs, scalars, spec.cost_ns(slices))
+        layer = Layer(len(self.layers), name, spec, grid, values, args, targs, scalars, checked_cost(spec, slices, name))
         layer.first_task = len(self.tasks)
         self._order.begin_layer(layer.first_task, grid[0] * grid[1] * grid[2])
         self._hazards.begin_layer()

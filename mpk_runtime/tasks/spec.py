@@ -122,8 +122,9 @@ class TaskSpec:
         raise NotImplementedError
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
-        """Estimated run time of one task, used to balance worker queues. Default: memory bound
-        at about 20 bytes/ns per SM plus a fixed cost."""
+        """Estimated run time of one task in nanoseconds, a finite float >= 0 (GraphError naming the
+        layer otherwise), used to balance worker queues. Default: memory bound at about 20 bytes/ns
+        per SM plus a fixed cost."""
         return 300.0 + sum(i.nbytes for i in s.values()) / 20.0
 
     def scalar_values(self, values: dict[str, Any], s: dict[str, SliceInfo]) -> list[float | int]:

@@ -6,6 +6,7 @@ signature machinery or nvcc."""
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,3 +110,17 @@ def checked_template_args(spec: Any, slices: dict[str, Any], values: dict[str, A
             hint = "give an int or the C++ spelling as a string (a dtype: its .cpp, e.g. '__nv_bfloat16')"
         raise GraphError(f"{layer}: {spec.name}.template_args gave {a!r} ({type(a).__name__}) as argument {i}; {hint}")
     return list(targs)
+
+
+def checked_cost(spec: Any, slices: dict[str, Any], layer: str) -> float:
+    """``spec.cost_ns(slices)``, checked to be a finite number of nanoseconds, zero or more: the
+    schedule adds it up to balance the worker queues, where a NaN, a negative or a string would
+    place the tasks on no measure at all (or fail deep inside the scheduler)."""
+    cost = spec.cost_ns(slices)
+    ok = isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0
+    if not ok:
+        raise GraphError(
+            f"{layer}: {spec.name}.cost_ns gave {cost!r} ({type(cost).__name__}); return the estimated run time of one "
+            f"task in nanoseconds, a finite float >= 0 (the default is 300 + the slices' bytes / 20)"
+        )
+    return float(cost)

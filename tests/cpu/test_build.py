@@ -219,6 +219,29 @@ def test_an_nvcc_error_names_a_copy_of_the_source_that_stays(monkeypatch, tmp_pa
     assert f"{kept}(2)" in str(e.value) and ".tmp" not in str(e.value).split("\ncommand:")[0]
 
 
+def test_inline_ptx_in_a_host_build_says_what_to_do(monkeypatch, tmp_path):
+    """The emulator builds bodies with g++, whose assembler refuses PTX: the error says why and how
+    to guard it, and its file:line points at a copy of the source that stays (the build's own
+    directory is removed)."""
+    from mpk_runtime.build import host
+
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    source = (
+        '#include "runtime/task_api.cuh"\nnamespace mpk {\nconstexpr unsigned kDynamicSmemBytes = 0u;\n'
+        "inline char const *task_type_name(int) { return nullptr; }\n"
+        "__device__ __forceinline__ void execute_task(uint32_t, TaskDesc const &task, Runtime const &rt) {\n"
+        '  unsigned lane;\n  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));\n  task.output<unsigned>(0)[0] = lane;\n'
+        '}\n}  // namespace mpk\n#include "runtime/persistent_kernel.cuh"\n'
+    )
+    with pytest.raises(BuildError) as e:
+        host.build_host_module(source, "sm80", "ptx_probe")
+    (kept,) = (tmp_path / "failed").glob("ptx_probe-host-sm80-*.cpp")
+    assert kept.read_text() == source
+    said = str(e.value)
+    assert f"{kept}:7: Error: no such instruction" in said and ".tmp" not in said.split("\ncommand:")[0], said
+    assert "inline PTX (asm) cannot assemble: put the asm under #ifndef MPK_HOST_EMULATION" in said
+
+
 def test_missing_nvcc_is_a_build_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))

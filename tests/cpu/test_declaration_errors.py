@@ -298,6 +298,19 @@ def test_template_arguments_the_source_cannot_spell_are_named(make_pk, monkeypat
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
 
 
+@pytest.mark.parametrize("cost", [float("nan"), -1.0, float("inf"), "300", None, True])
+def test_a_cost_the_schedule_cannot_add_up_is_named(make_pk, monkeypatch, cost):
+    """cost_ns balances the worker queues: a NaN or a negative had placed the tasks on no measure at
+    all, a string failed inside the scheduler."""
+    from mpk_runtime.tasks import registry
+
+    monkeypatch.setattr(type(registry.get("rmsnorm")), "cost_ns", lambda self, s: cost)
+    pk = make_pk()
+    x, w, y = rmsnorm_tensors(pk)
+    with pytest.raises(GraphError, match=r"^rmsnorm_0: rmsnorm.cost_ns gave .*; return the estimated run time of one task in nanoseconds"):
+        pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+
+
 def test_a_spec_without_template_args_says_so(make_pk, monkeypatch):
     from mpk_runtime.tasks import registry
 
