@@ -79,9 +79,10 @@ def device_facts() -> dict:
         )
     props = torch.cuda.get_device_properties(0)
     try:
-        driver = subprocess.run(  # one line a GPU: every GPU of a host runs the same driver
+        said = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=False
-        ).stdout.strip().splitlines()[0]
+        ).stdout
+        driver = said.strip().splitlines()[0]  # one line a GPU: every GPU of a host runs the same driver
     except (OSError, IndexError):
         driver = "unknown"
     return {

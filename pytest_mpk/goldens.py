@@ -14,6 +14,7 @@ import torch
 from mpk_runtime import harness
 
 from . import compare, guards
+from .param_reads import copy_of
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
 
@@ -35,7 +36,7 @@ def golden(
         namespace = types.SimpleNamespace(**plain)
         if "meta" not in plain:  # an argument named meta keeps its name; the meta tensors are then in pk only
             namespace.meta = types.SimpleNamespace(**(meta or {}))
-        result = compute(namespace, dict(params))
+        result = compute(namespace, copy_of(params))
     else:
         fn, module = harness.find_reference_in(layer, search=search)
         ins = {n: v for n, v in plain.items() if not isinstance(args[n], Out) or isinstance(args[n], InOut)}

@@ -284,6 +284,7 @@ class _SceneItem(pytest.Item):
     def _run(self, params: dict[str, Any], case: Case | None) -> None:
         from mpk_runtime import EmulationError
 
+        from .param_reads import ReadParams
         from .replay import refuse_emulation
         from .runner import run_case, seed_of
         from .session import SESSION_KEY
@@ -310,7 +311,7 @@ class _SceneItem(pytest.Item):
                 self.scene_class.cls(),
                 self.scene_class.layer,
                 case,
-                params,
+                ReadParams(params),
                 setup,
                 seed_of(self.nodeid),
                 [Path(self.path).parent],

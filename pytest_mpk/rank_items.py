@@ -21,6 +21,7 @@ import pytest
 
 from . import devices
 from .launcher import can_launch, run, write_report
+from .param_reads import ReadParams
 from .ranks import run_in_process, run_this_rank
 from .runner import SceneFailure, Setup, seed_of
 from .scene import Case
@@ -56,7 +57,7 @@ def run_ranks(item: Any, params: dict[str, Any], case: Case | None, setup: Setup
     if (BACKEND_PROPERTY, backend) not in item.user_properties:
         item.user_properties.append((BACKEND_PROPERTY, backend))
     if not per_rank:
-        run_in_process(scene, case, params, setup, seed, world_size)
+        run_in_process(scene, case, ReadParams(params), setup, seed, world_size)
     elif in_job and job is not None:
         _in_job(job, lambda: run_this_rank(scene, case, params, setup, seed, harness.mpi_world(), item.nodeid), setup)
     else:

@@ -33,6 +33,7 @@ from . import devices, guards
 from .compare import GoldenError, poison
 from .frames import is_scene_code
 from .goldens import as_outputs, compare_outputs, golden_of
+from .param_reads import check_all_read, copy_of
 from .runner import SceneFailure, Setup, generate, kernel_params
 from .scene import Case, InOut, Out, PerRank, SceneError, SceneTestCase, scene_info
 
@@ -45,7 +46,7 @@ def must_abort() -> str | None:
 
 
 def rank_params(params: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
-    return {**params, "rank": rank, "world_size": world_size}
+    return copy_of(params, rank=rank, world_size=world_size)
 
 
 class _Rank:
@@ -81,7 +82,7 @@ class _Rank:
     def build(self, scene: SceneTestCase, params: dict[str, Any], init: dict[str, Any]) -> None:
         self.pk = mpk.PersistentKernel(**init)
         t = types.SimpleNamespace(**{n: self.pk.attach_input(v, n) for n, v in self.tensors.items()})
-        scene.build(self.pk, t, dict(params))
+        scene.build(self.pk, t, copy_of(params))
 
     def plain_args(self) -> types.SimpleNamespace:
         ns = types.SimpleNamespace(**self.inputs)
@@ -102,7 +103,7 @@ def goldens(scene: SceneTestCase, ranks: list[types.SimpleNamespace], params: di
     compute = getattr(scene, "compute_golden", None)
     if compute is None:
         raise TypeError(f"{type(scene).__name__} runs on {len(ranks)} ranks and must define compute_golden(self, args, params)")
-    result = compute(types.SimpleNamespace(ranks=ranks, world_size=len(ranks)), dict(params))
+    result = compute(types.SimpleNamespace(ranks=ranks, world_size=len(ranks)), copy_of(params))
     where = f"{type(scene).__name__}.compute_golden"
     if isinstance(result, PerRank):
         if len(result.values) != len(ranks):
@@ -240,6 +241,8 @@ def _emulate_and_check(
             _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
         golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
         raise _failure(failures, setup, params, world, "in one process", golden_from=golden_from)
+    if mine is None:  # it passed, and every rank ran here, with every read noted
+        check_all_read(case, params)
 
 
 def run_this_rank(

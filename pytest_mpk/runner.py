@@ -20,6 +20,7 @@ from mpk_runtime.harness import shown
 
 from . import compare, devices, guards, sanitize
 from .goldens import compare_outputs, golden, golden_of
+from .param_reads import check_all_read, copy_of
 from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of
 
 EMULATED_WORKERS = 8  # the emulator's worker count: enough to interleave, few enough to be quick
@@ -55,7 +56,7 @@ def seed_of(nodeid: str) -> int:
 
 def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[str, Any]:
     torch.manual_seed(seed)
-    args = scene.generate_args(dict(params))
+    args = scene.generate_args(copy_of(params))
     if not isinstance(args, dict) or not args:
         raise SceneError(
             f"{type(scene).__name__}.generate_args must return a dict of argument name -> tensor, got {type(args).__name__}"
@@ -192,7 +193,7 @@ def _run_case(
         else:
             pk = mpk.PersistentKernel(**init)
             t = types.SimpleNamespace(**{n: pk.attach_input(v, n) for n, v in run_tensors.items()})
-            scene.build(pk, t, dict(params))
+            scene.build(pk, t, copy_of(params))
         pk.compile(output_dir=setup.artifacts)
         entry = pk.build_result.entry.name
         built_before = entry in PREBUILT
@@ -236,6 +237,7 @@ def _run_case(
         guards.raise_with(
             damage, lambda: compare_outputs(scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph)
         )
+        check_all_read(case, params)  # it passed, and every scene method that takes params has run
     except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit
         saved = _save_failure(setup, inputs, run_tensors, outs, expected)
         text = f"BuildError: {e}" if isinstance(e, mpk.BuildError) else e

@@ -315,7 +315,9 @@ def _imported_before_pytest() -> list[str]:
 
 def kernel_params_of(scene: SceneTestCase, params: dict[str, Any]) -> dict[str, Any]:
     """``scene.kernel_params(params)``; SceneError unless it is a dict."""
-    extra = scene.kernel_params(dict(params))
+    from .param_reads import copy_of
+
+    extra = scene.kernel_params(copy_of(params))
     if not isinstance(extra, dict):
         from mpk_runtime.harness import shown
 

@@ -121,6 +121,6 @@ def checked_cost(spec: Any, slices: dict[str, Any], layer: str) -> float:
     if not ok:
         raise GraphError(
             f"{layer}: {spec.name}.cost_ns gave {cost!r} ({type(cost).__name__}); return the estimated run time of one "
-            f"task in nanoseconds, a finite float >= 0 (the default is 300 + the slices' bytes / 20)"
+            f"task in ns, a finite float >= 0 (the default is 300 + the slices' bytes / 20)"
         )
     return float(cost)

@@ -77,7 +77,5 @@ def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(name="NVIDIA H200", multi_processor_count=132)
     )
-    monkeypatch.setattr(
-        subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="580.159.04\n580.159.04\n", returncode=0)
-    )
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="580.159.04\n580.159.04\n", returncode=0))
     assert timing.device_facts()["driver"] == "580.159.04"

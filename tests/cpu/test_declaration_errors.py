@@ -307,7 +307,7 @@ def test_a_cost_the_schedule_cannot_add_up_is_named(make_pk, monkeypatch, cost):
     monkeypatch.setattr(type(registry.get("rmsnorm")), "cost_ns", lambda self, s: cost)
     pk = make_pk()
     x, w, y = rmsnorm_tensors(pk)
-    with pytest.raises(GraphError, match=r"^rmsnorm_0: rmsnorm.cost_ns gave .*; return the estimated run time of one task in nanoseconds"):
+    with pytest.raises(GraphError, match=r"^rmsnorm_0: rmsnorm.cost_ns gave .*; return the estimated run time of one task in ns"):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
 
 

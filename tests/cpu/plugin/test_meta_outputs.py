@@ -14,7 +14,7 @@ from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
 @scene_test(layer="argmax_reduce")
 class TestSample(SceneTestCase):
-    CASES = [Case("b2", batch=2)]
+    CASES = [Case("b2")]
 
     def kernel_params(self, params):
         return {"max_num_batched_tokens": 2, "max_seq_length": 3}  # room for the sampled token

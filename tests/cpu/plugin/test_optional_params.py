@@ -107,3 +107,51 @@ def test_a_key_that_looks_like_another_is_refused(pytester: pytest.Pytester, sce
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*TestProbe: {message}"])
+
+
+UNREAD = """
+import torch
+from pytest_mpk import Case, Out, scene_test
+from scenes import ProbeScene
+
+@scene_test(layer="probe")
+class TestProbe(ProbeScene):
+    CASES = [Case("plain", batch=2), Case("high", batch=2, {key}=500)]
+
+    def generate_args(self, params):
+        {read}
+        return {{"x": x, "y": Out(torch.empty_like(x))}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("key", "read", "said"),
+    [
+        (
+            "low",
+            'x = torch.randint(params.get("lo", 1), 1000, (params["batch"], 4), dtype=torch.int32)',
+            "did you mean 'lo'? The scene asked for 'lo', which no case or DEFAULTS gives; ",
+        ),
+        ("upper", 'x = torch.randint(1, 1000, (params["batch"], 4), dtype=torch.int32)', ""),
+    ],
+    ids=["a misspelling of a params.get name", "read nowhere"],
+)
+def test_a_key_the_scene_never_reads_fails_its_case(pytester: pytest.Pytester, scenes, key: str, read: str, said: str) -> None:
+    """Like no other key, so not refused at collection; but the scene never reads it, so the case
+    would pass with what it names at its default."""
+    pytester.makepyfile(test_scene=UNREAD.format(key=key, read=read))
+    result = pytester.runpytest_inprocess("-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*SceneError: Case 'high' gives '{key}', which the scene never read (generate_args, kernel_params, build and "
+            f"compute_golden have run), so it has no effect; {said}name each as the scene reads it, or leave it out of the case"
+        ]
+    )
+
+
+def test_every_key_read_at_once_counts_as_read(pytester: pytest.Pytester, scenes) -> None:
+    """``**params`` (or iterating, or json.dumps) reads every key."""
+    read = "x = (lambda batch, lo=1, **_: torch.randint(lo, 1000, (batch, 4), dtype=torch.int32))(**params)"
+    pytester.makepyfile(test_scene=UNREAD.format(key="lo", read=read))
+    pytester.runpytest_inprocess().assert_outcomes(passed=2)

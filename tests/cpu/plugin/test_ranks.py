@@ -20,14 +20,15 @@ class SumScene(SceneTestCase):
     CASES = [Case("b2", batch=2)]
 
     def kernel_params(self, params):
-        return {"max_num_batched_tokens": 2, "max_seq_length": 2, "max_num_pages": 2}
+        b = params["batch"]
+        return {"max_num_batched_tokens": b, "max_seq_length": b, "max_num_pages": b}
 
     def generate_args(self, params):
-        r, w = params["rank"], params["world_size"]
-        return {"input": torch.randn(w, 2, 64)[r].clone(), "output": Out(torch.empty(2, 64))}
+        r, w, b = params["rank"], params["world_size"], params["batch"]
+        return {"input": torch.randn(w, b, 64)[r].clone(), "output": Out(torch.empty(b, 64))}
 
     def build(self, pk, t, params):
-        buf = pk.new_comm_tensor((2, pk.world_size, 2, 64), torch.float32, "buf")
+        buf = pk.new_comm_tensor((2, pk.world_size, params["batch"], 64), torch.float32, "buf")
         pk.allreduce_layer(t.input, buf, t.output, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
@@ -436,3 +437,20 @@ def test_inputs_that_the_seed_does_not_give_again_are_refused(pytester: pytest.P
             "regenerates the others' inputs from the seed: *"
         ]
     )
+
+
+def test_a_key_no_rank_reads_fails_the_case(pytester: pytest.Pytester, scenes, sums) -> None:
+    """As on one rank: every rank ran here, and none read the case's 'batchsize'."""
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import Case, scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            CASES = [Case("b2", batch=2, batchsize=4)]
+    """
+    )
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*Case 'b2' gives 'batchsize', which the scene never read *, so it has no effect; *"])
