@@ -67,7 +67,7 @@ def run_ranks(item: Any, params: dict[str, Any], case: Case | None, setup: Setup
 def _skip(job: tuple[int, int, int] | None, reason: str) -> None:
     if job is not None and job[1] == 0:
         write_report("skipped", reason, [])
-    pytest.skip(reason)
+    raise pytest.skip.Exception(reason, _use_item_location=True)  # reported at the scene, not in this file
 
 
 def _in_job(job: tuple[int, int, int], run: Any, setup: Setup) -> None:

@@ -454,3 +454,25 @@ def test_a_key_no_rank_reads_fails_the_case(pytester: pytest.Pytester, scenes, s
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*Case 'b2' gives 'batchsize', which the scene never read *, so it has no effect; *"])
+
+
+def test_a_skipped_multi_rank_item_is_reported_at_its_scene(pytester: pytest.Pytester, scenes, sums, monkeypatch) -> None:
+    """A sweep of ranks that would each be launched is skipped; -rs names the scene's file, not the
+    plugin's (as a one-rank case's skip does)."""
+    monkeypatch.setenv("MPK_LAUNCH_COMPILE_ONLY", "1")
+    pytester.makepyfile(
+        test_scene="""
+        from hypothesis import strategies as st
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            CASES = []
+            SWEEP = {"batch": st.integers(1, 2)}
+    """
+    )
+    result = pytester.runpytest_inprocess("--mpk-backend", "compile-only", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_scene.py:*: a sweep of a 2-rank scene runs emulated*"])
+    result.stdout.no_fnmatch_line("*rank_items.py*")
