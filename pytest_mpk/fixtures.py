@@ -41,7 +41,8 @@ def mpk_arch(request: pytest.FixtureRequest) -> str:
     arch = request.param
     if "-not-in-" in arch:
         marked = ", ".join(map(repr, request.node.get_closest_marker("mpk_arch").args))
-        pytest.skip(f"marked mpk_arch({marked}); this run targets {arch.split('-not-in-')[0]}")
+        reason = f"marked mpk_arch({marked}); this run targets {arch.split('-not-in-')[0]}"
+        raise pytest.skip.Exception(reason, _use_item_location=True)  # reported at the test, not in this file
     return arch
 
 

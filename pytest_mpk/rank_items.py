@@ -67,6 +67,10 @@ def run_ranks(item: Any, params: dict[str, Any], case: Case | None, setup: Setup
 def _skip(job: tuple[int, int, int] | None, reason: str) -> None:
     if job is not None and job[1] == 0:
         write_report("skipped", reason, [])
+    _skip_at_scene(reason)
+
+
+def _skip_at_scene(reason: str) -> None:
     raise pytest.skip.Exception(reason, _use_item_location=True)  # reported at the scene, not in this file
 
 
@@ -89,10 +93,10 @@ def _in_job(job: tuple[int, int, int], run: Any, setup: Setup) -> None:
 def _launch(item: Any, setup: Setup, world_size: int) -> None:
     gpus = devices.session_gpus()
     if setup.backend == devices.GPU and len(gpus) < world_size:
-        pytest.skip(f"needs {world_size} GPUs, {len(gpus)} visible")
+        _skip_at_scene(f"needs {world_size} GPUs, {len(gpus)} visible")
     why = can_launch()
     if why is not None:
-        pytest.skip(f"needs {world_size} ranks under MPI: {why}")
+        _skip_at_scene(f"needs {world_size} ranks under MPI: {why}")
     config = item.config
     mpk = config.stash[SESSION_KEY]
     args = [
@@ -112,6 +116,6 @@ def _launch(item: Any, setup: Setup, world_size: int) -> None:
     result = run(world_size, args, config.rootpath, setup.artifacts.with_name(setup.artifacts.name + ".mpirun.log"))
     setup.notes.extend(result.get("notes", []))
     if result["outcome"] == "skipped":
-        pytest.skip(result["message"])
+        _skip_at_scene(result["message"])
     if result["outcome"] != "passed":
         raise SceneFailure(result["message"])

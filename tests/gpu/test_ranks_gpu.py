@@ -18,15 +18,13 @@ import pytest
 from mpk_runtime.harness import mpi_job
 from pytest_mpk import devices
 
-SCENE = """
-import time
+SUMS = """
 import torch
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
+from pytest_mpk import Out, SceneTestCase
 
 
-@scene_test(layer="allreduce", world_size=WORLD)
-class TestRanks(SceneTestCase):
-    CASES = [Case("ok", fail=-1, hang=-1), Case("fails_on_1", fail=1, hang=-1), Case("hangs_on_1", fail=-1, hang=1)]
+class Sum(SceneTestCase):
+    \"\"\"allreduce of (8, 4096) bf16: rank r's input is row r of one draw.\"\"\"
 
     def kernel_params(self, params):
         return {"max_num_batched_tokens": 8, "max_seq_length": 8, "max_num_pages": 8}
@@ -37,14 +35,28 @@ class TestRanks(SceneTestCase):
         return {"input": x, "output": Out(torch.empty(8, 4096, dtype=torch.bfloat16))}
 
     def build(self, pk, t, params):
-        assert params["rank"] != params["fail"], f"rank {params['rank']} refuses"
-        if params["rank"] == params["hang"]:
-            time.sleep(3600)
         buf = pk.new_comm_tensor((2, pk.world_size, 8, 4096), torch.bfloat16, "buf")
         pk.allreduce_layer(t.input, buf, t.output, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
 
     def compute_golden(self, args, params):
         return sum(a.input.float() for a in args.ranks).to(torch.bfloat16)
+"""
+
+SCENE = """
+import time
+from pytest_mpk import Case, scene_test
+from sums import Sum
+
+
+@scene_test(layer="allreduce", world_size=WORLD)
+class TestRanks(Sum):
+    CASES = [Case("ok", fail=-1, hang=-1), Case("fails_on_1", fail=1, hang=-1), Case("hangs_on_1", fail=-1, hang=1)]
+
+    def build(self, pk, t, params):
+        assert params["rank"] != params["fail"], f"rank {params['rank']} refuses"
+        if params["rank"] == params["hang"]:
+            time.sleep(3600)
+        super().build(pk, t, params)
 """
 
 
@@ -56,7 +68,7 @@ def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pyt
         pytest.skip("needs mpirun")
     if len(devices.session_gpus()) < world:  # the session's GPUs: under xdist this worker sees only its own
         pytest.skip(f"needs {world} GPUs, {len(devices.session_gpus())} in the session")
-    pytester.makepyfile(test_scene=SCENE.replace("WORLD", str(world)))
+    pytester.makepyfile(sums=SUMS, test_scene=SCENE.replace("WORLD", str(world)))
     result = pytester.run(
         sys.executable,
         "-m",
@@ -94,31 +106,13 @@ def test_plugin_starts_the_ranks_and_names_the_failing_ones(pytester: pytest.Pyt
 
 CHECKED_SCENE = """
 import torch
-from pytest_mpk import Case, Out, SceneTestCase, scene_test
-
-
-class Sum(SceneTestCase):
-    CASES = [Case("clean"), Case("stray_on_1")]
-
-    def kernel_params(self, params):
-        return {"max_num_batched_tokens": 8, "max_seq_length": 8, "max_num_pages": 8}
-
-    def generate_args(self, params):
-        r, w = params["rank"], params["world_size"]
-        x = torch.randn(w, 8, 4096, dtype=torch.bfloat16)[r].clone()
-        return {"input": x, "output": Out(torch.empty(8, 4096, dtype=torch.bfloat16))}
-
-    def build(self, pk, t, params):
-        buf = pk.new_comm_tensor((2, pk.world_size, 8, 4096), torch.bfloat16, "buf")
-        pk.allreduce_layer(t.input, buf, t.output, grid_dim=(16, 1, 1), block_dim=pk.block_dim)
-
-    def compute_golden(self, args, params):
-        return sum(a.input.float() for a in args.ranks).to(torch.bfloat16)
+from pytest_mpk import Case, scene_test
+from sums import Sum
 
 
 @scene_test(layer="allreduce", world_size=2)
 class TestGuards(Sum):
-    pass
+    CASES = [Case("clean"), Case("stray_on_1")]
 
 
 @scene_test(layer="allreduce", world_size=2)
@@ -164,7 +158,7 @@ def test_every_gpu_rank_gets_guard_zones_and_the_input_checks(pytester: pytest.P
         pytest.skip("needs mpirun")
     if len(devices.session_gpus()) < 2:
         pytest.skip(f"needs 2 GPUs, {len(devices.session_gpus())} in the session")
-    pytester.makepyfile(test_scene=CHECKED_SCENE)
+    pytester.makepyfile(sums=SUMS, test_scene=CHECKED_SCENE)
     pytester.makeconftest(STRAY_CONFTEST)
     result = pytester.run(
         sys.executable, "-m", "pytest", "test_scene.py", "-p", "mpk", "-p", "no:cacheprovider", "-rA", timeout=500

@@ -12,6 +12,8 @@ not depend on the batch.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from pytest_mpk import devices
@@ -73,6 +75,9 @@ def _lazy_imports_done() -> None:
 
     torch.testing.assert_close(torch.zeros(1), torch.zeros(1))
     assert mpk_runtime.PersistentKernel  # imports the whole pipeline now
+    # The plugin's multi-rank modules, imported by the first multi-rank item: a test that patches
+    # one of them must patch the module every inner run uses.
+    importlib.import_module("pytest_mpk.rank_items")
 
 
 @pytest.fixture(autouse=True)

@@ -456,23 +456,35 @@ def test_a_key_no_rank_reads_fails_the_case(pytester: pytest.Pytester, scenes, s
     result.stdout.fnmatch_lines(["*Case 'b2' gives 'batchsize', which the scene never read *, so it has no effect; *"])
 
 
-def test_a_skipped_multi_rank_item_is_reported_at_its_scene(pytester: pytest.Pytester, scenes, sums, monkeypatch) -> None:
-    """A sweep of ranks that would each be launched is skipped; -rs names the scene's file, not the
-    plugin's (as a one-rank case's skip does)."""
-    monkeypatch.setenv("MPK_LAUNCH_COMPILE_ONLY", "1")
-    pytester.makepyfile(
-        test_scene="""
-        from hypothesis import strategies as st
-        from pytest_mpk import scene_test
-        from sums import SumScene
+@pytest.mark.parametrize(
+    ("scene", "reason"),
+    [
+        ('CASES = []\n    SWEEP = {"batch": st.integers(1, 2)}', "a sweep of a 2-rank scene runs emulated*"),
+        ("pass", "needs 2 ranks under MPI: no mpirun here"),
+    ],
+    ids=["a sweep of launched ranks", "no way to launch them"],
+)
+def test_a_skipped_multi_rank_item_is_reported_at_its_scene(
+    pytester: pytest.Pytester, scenes, sums, monkeypatch, scene: str, reason: str
+) -> None:
+    """Ranks that would each be launched, skipped; -rs names the scene's file, not the plugin's (as
+    a one-rank case's skip does)."""
+    from pytest_mpk import rank_items
 
-        @scene_test(layer="allreduce", world_size=2)
-        class TestTwo(SumScene):
-            CASES = []
-            SWEEP = {"batch": st.integers(1, 2)}
-    """
+    monkeypatch.setenv("MPK_LAUNCH_COMPILE_ONLY", "1")
+    monkeypatch.setattr(rank_items, "can_launch", lambda: "no mpirun here")
+    pytester.makepyfile(
+        test_scene=f"""
+from hypothesis import strategies as st
+from pytest_mpk import scene_test
+from sums import SumScene
+
+@scene_test(layer="allreduce", world_size=2)
+class TestTwo(SumScene):
+    {scene}
+"""
     )
     result = pytester.runpytest_inprocess("--mpk-backend", "compile-only", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_scene.py:*: a sweep of a 2-rank scene runs emulated*"])
+    result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] test_scene.py:*: {reason}"])
     result.stdout.no_fnmatch_line("*rank_items.py*")
