@@ -1,22 +1,16 @@
-"""The shape of a Qwen3-style decoder (``Qwen3Config``) and the checks of a state_dict against it.
-
-Weights use the Hugging Face Qwen3 / Qwen3-MoE parameter names, so a checkpoint's state_dict can be
-passed as it is (``expected_weights`` lists every name with its shape). Every problem is raised
-before anything is attached to a kernel: ConfigError for an inconsistent config, WeightError for a
-missing or unknown weight, ShapeError / DTypeError for a weight of the wrong shape or dtype.
-"""
+"""The shape of a Qwen3-style decoder (``Qwen3Config``, ConfigError when it is inconsistent) and
+the weights it reads (``expected_weights``: every Hugging Face Qwen3 / Qwen3-MoE name with its
+shape; state_dict.py checks a checkpoint against them)."""
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 import torch
 
-from ..errors import ConfigError, DTypeError, ShapeError, WeightError
+from ..errors import ConfigError
 from ..frontend.params import check_names
 
 HEAD_DIMS = (64, 128)  # what the paged_attention layer supports
@@ -133,6 +127,12 @@ class Qwen3Config:
                     f"Qwen3Config: a MoE model needs 1 <= num_experts_per_tok <= num_experts and moe_intermediate_size "
                     f">= 1; got num_experts={e}, num_experts_per_tok={k}, moe_intermediate_size={mi}"
                 )
+            for name, v in (("hidden_size", self.hidden_size), ("moe_intermediate_size", mi)):
+                if v % 32:  # the expert linears' k-blocks of 32 (moe_linear.cuh) run over both
+                    raise ConfigError(
+                        f"Qwen3Config: {name}={v} must be a multiple of 32 in a MoE model (the expert linears read their "
+                        f"inputs in blocks of 32); the dense MLP has no such rule"
+                    )
         elif self.num_experts_per_tok or self.moe_intermediate_size:
             raise ConfigError(
                 "Qwen3Config: num_experts_per_tok / moe_intermediate_size are set but num_experts=0 (a dense MLP); "
@@ -153,9 +153,12 @@ class Qwen3Config:
 
     @classmethod
     def from_hf(cls, hf: Any, **overrides: Any) -> Qwen3Config:
-        """From a Hugging Face Qwen3 / Qwen3-MoE config (a ``PretrainedConfig`` or its ``to_dict()``);
-        keys this model does not use are ignored, ``overrides`` win."""
+        """From a Hugging Face Qwen3 / Qwen3-MoE config (a ``PretrainedConfig`` or its ``to_dict()``):
+        the dtype from ``torch_dtype`` where it is bf16 or fp16; keys that would change the model in a
+        way the runtime does not compute (rope scaling, a sliding window, another activation,
+        attention biases) are refused, other keys this model does not use are ignored; ``overrides`` win."""
         d = dict(hf if isinstance(hf, dict) else hf.to_dict())
+        _refuse_unsupported(d)
         d.setdefault("head_dim", d.get("hidden_size", 0) // max(1, d.get("num_attention_heads", 1)))
         if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):
             d["rope_theta"] = d["rope_parameters"].get("rope_theta", 1e6)
@@ -174,14 +177,36 @@ class Qwen3Config:
                 )
         known = {f.name for f in fields(cls)} - {"dtype"}
         args = {k: d[k] for k in known if d.get(k) is not None}
+        hf_dtype = d.get("torch_dtype") or d.get("dtype")  # a name, or a torch.dtype
+        for t in DTYPES:
+            if hf_dtype in (t, str(t).removeprefix("torch.")):
+                args["dtype"] = t  # float32 and others: the default, and check_state_dict says to convert
         missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in {**args, **overrides}]
         if missing:
             raise ConfigError(f"Qwen3Config.from_hf: the config has no {', '.join(missing)}; is it a Qwen3 model's config?")
         return cls(**{**args, **overrides})
 
 
+def _refuse_unsupported(d: dict[str, Any]) -> None:
+    """ConfigError for a Hugging Face config key that changes the model in a way this runtime does
+    not compute: ignoring it would decode another model than the checkpoint's."""
+    scaling, params = d.get("rope_scaling"), d.get("rope_parameters")
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+    if kind is None and isinstance(params, dict):
+        kind = params.get("rope_type")
+    if kind not in (None, "default"):
+        raise ConfigError(f"Qwen3Config.from_hf: rope scaling {kind!r} is not supported (plain RoPE only); remove it")
+    if d.get("use_sliding_window"):
+        raise ConfigError("Qwen3Config.from_hf: use_sliding_window=True is not supported (full causal attention only)")
+    if d.get("hidden_act", "silu") != "silu":
+        raise ConfigError(f"Qwen3Config.from_hf: hidden_act={d['hidden_act']!r} is not supported (the MLP is SiLU-gated)")
+    if d.get("attention_bias"):
+        raise ConfigError("Qwen3Config.from_hf: attention_bias=True is not supported (the projections have no bias)")
+
+
 def expected_weights(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
     """Every weight the model reads, by its Hugging Face name, with its shape."""
+    require_config(c, "expected_weights")
     h = c.hidden_size
     w: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab_size, h)}
     for i in range(c.num_hidden_layers):
@@ -208,89 +233,10 @@ def expected_weights(c: Qwen3Config) -> dict[str, tuple[int, ...]]:
     return w
 
 
-def fuse_experts(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A checkpoint's per-expert weights (``mlp.experts.{e}.gate_proj.weight``, ``up_proj``,
-    ``down_proj``) stacked into ``mlp.experts.gate_up_proj`` (E, 2 I, H: each expert's gate rows,
-    then its up rows) and ``mlp.experts.down_proj`` (E, H, I); other names pass through."""
-    out = dict(state_dict)
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}.mlp.experts."
-        if p + "0.gate_proj.weight" not in out:
-            continue
-        names = {e: [f"{p}{e}.{w}.weight" for w in ("gate_proj", "up_proj", "down_proj")] for e in range(c.num_experts)}
-        for e, keys in names.items():
-            shapes = [(c.moe_intermediate_size, c.hidden_size)] * 2 + [(c.hidden_size, c.moe_intermediate_size)]
-            for key, shape in zip(keys, shapes):
-                t = out.get(key)
-                if not isinstance(t, torch.Tensor):
-                    raise WeightError(
-                        f"state_dict has no tensor {key!r}: expert {e} of layer {i} needs its gate, up and down weights"
-                    )
-                if tuple(t.shape) != shape:
-                    raise ShapeError(f"state_dict[{key!r}] has shape {tuple(t.shape)}; this config needs {shape}")
-        out[p + "gate_up_proj"] = torch.stack([torch.cat([out[k[0]], out[k[1]]]) for k in names.values()])
-        out[p + "down_proj"] = torch.stack([out[k[2]] for k in names.values()])
-        for keys in names.values():
-            for k in keys:
-                del out[k]
-    return out
-
-
-def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The weights of ``state_dict`` the model reads, checked against ``c``. A tied checkpoint's
-    ``lm_head.weight`` (the embedding table itself) and rotary buffers are accepted and left out;
-    per-expert MoE weights are stacked (``fuse_experts``)."""
-    if not isinstance(state_dict, dict):
-        raise WeightError(f"state_dict must be a dict of name -> torch.Tensor, got {type(state_dict).__name__}")
-    odd = [k for k in state_dict if not isinstance(k, str)]
-    if odd:
-        raise WeightError(
-            f"state_dict key {odd[0]!r} ({type(odd[0]).__name__}) is not a weight name; keys are Hugging Face names such as "
-            f"'model.norm.weight'"
+def require_config(c: Any, where: str) -> None:
+    """ConfigError unless ``c`` is our Qwen3Config (transformers' class has the same name)."""
+    if not isinstance(c, Qwen3Config):
+        raise ConfigError(
+            f"{where}: config must be an mpk_runtime.models.Qwen3Config, got {type(c).__module__}.{type(c).__qualname__}; "
+            f"for a Hugging Face config use Qwen3Config.from_hf(hf_config)"
         )
-    on: dict[str, str] = {}  # device -> a weight on it: the stacking of experts and of q / k / v needs one device
-    for k, v in state_dict.items():
-        if isinstance(v, torch.Tensor):
-            on.setdefault(str(v.device), k)
-    if len(on) > 1:
-        shown = ", ".join(f"{k!r} on {d}" for d, k in on.items())
-        raise WeightError(f"state_dict holds weights on {len(on)} devices ({shown}); give every weight on one device")
-    if c.is_moe:
-        state_dict = fuse_experts(c, state_dict)
-    want = expected_weights(c)
-    ignored = {k for k in state_dict if k.endswith("rotary_emb.inv_freq")}
-    if c.tie_word_embeddings and "lm_head.weight" in state_dict:
-        ignored.add("lm_head.weight")  # tied: the same table (HF state_dicts list both names)
-    missing = [k for k in want if k not in state_dict]
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        hint = ""
-        if missing == ["lm_head.weight"]:
-            hint = "; for an lm head tied to the embedding set Qwen3Config(tie_word_embeddings=True)"
-        raise WeightError(
-            f"state_dict has no {missing[0]!r}{more}: every Hugging Face Qwen3 weight of this config is needed{hint}"
-        )
-    extra = sorted(set(state_dict) - set(want) - ignored)
-    if extra:
-        near = difflib.get_close_matches(extra[0], list(want), n=1)
-        layer = re.match(r"model\.layers\.(\d+)\.", extra[0])
-        if layer and int(layer.group(1)) >= c.num_hidden_layers:
-            hint = f"; the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers}: check the config"
-        elif near:
-            hint = f"; did you mean {near[0]!r}?"
-        else:
-            hint = "; check the config (experts, tied embeddings) against the checkpoint"
-        raise WeightError(f"state_dict has {len(extra)} weight(s) this config does not use, e.g. {extra[0]!r}{hint}")
-    out = {}
-    for name, shape in want.items():
-        t = state_dict[name]
-        if not isinstance(t, torch.Tensor):
-            raise WeightError(f"state_dict[{name!r}] must be a torch.Tensor, got {type(t).__name__}")
-        if tuple(t.shape) != shape:
-            raise ShapeError(
-                f"state_dict[{name!r}] has shape {tuple(t.shape)}; this config needs {shape}: check the config's sizes"
-            )
-        if t.dtype != c.dtype:
-            raise DTypeError(f"state_dict[{name!r}] is {t.dtype}; the model runs in {c.dtype}: pass t.to({c.dtype})")
-        out[name] = t
-    return out

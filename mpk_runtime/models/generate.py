@@ -18,7 +18,7 @@ import torch
 from .. import memory
 from ..errors import ConfigError
 from . import grids as grid_plan
-from .config import Qwen3Config
+from .config import Qwen3Config, require_config
 from .qwen3 import Qwen3Graph, build_qwen3, cache_needs
 
 DEFAULT_PAGE_SIZE = 16
@@ -134,6 +134,17 @@ def _prompt_rows(prompts: Any, vocab_size: int | None) -> list[list[int]]:
 
 
 OWN_PARAMS = ("page_size", "max_batch_tokens", "grids")  # Qwen3Generator's keywords that are no kernel parameter
+# Kernel parameters the generator derives from its own arguments, and what sets each: one given
+# anyway would be overridden in part (a test_mode run decodes one step, and generate() would return
+# the rows it never wrote) or contradict the meta tensors made for the prompts.
+DERIVED = {
+    "test_mode": "it decodes in offline mode, every token in one launch",
+    "max_num_batched_tokens": "set by max_batch_tokens=",
+    "max_num_batched_requests": "one slot per prompt",
+    "max_num_pages": "sized by the prompts, max_new_tokens and page_size=",
+    "max_seq_length": "the longest prompt + max_new_tokens",
+    "meta_tensors": "made from the prompts",
+}
 
 
 class Qwen3Generator:
@@ -160,6 +171,11 @@ class Qwen3Generator:
         from ..run.gpu import get_configurations_from_gpu, require_gpu
 
         kernel_params.check_names("Qwen3Generator", init_params, [*kernel_params.names(), *OWN_PARAMS])
+        derived = [k for k in init_params if k in DERIVED]
+        if derived:
+            k = derived[0]
+            raise ConfigError(f"Qwen3Generator: {k}={init_params[k]!r} is the generator's own ({DERIVED[k]}); leave it out")
+        require_config(config, "Qwen3Generator")
         off_gpu = init_params.get("emulate") or init_params.get("compile_only")
         if not off_gpu:
             require_gpu("Qwen3Generator")

@@ -32,7 +32,8 @@ from ..errors import ConfigError
 from ..tasks import moe_w2_mul_sum_add
 from ..tasks.moe_topk_w13_linear import MAX_SLOTS as MAX_ROUTING_SLOTS
 from . import grids as grid_plan
-from .config import Qwen3Config, check_state_dict
+from .config import Qwen3Config
+from .state_dict import check_state_dict
 
 if TYPE_CHECKING:
     from ..frontend.kernel import PersistentKernel
@@ -88,8 +89,9 @@ def build_qwen3(
             f"mpk_runtime.models.grids.plan(config, ...) and change a layer with dataclasses.replace(g, qkv=...)"
         )
     grids.check(config)
+    copied = sum(w.nbytes for w in weights.values() if not w.is_meta)
     memory.check(
-        cache_needs(config, p.max_num_pages, p.page_size, p.max_seq_length),
+        [*cache_needs(config, p.max_num_pages, p.page_size, p.max_seq_length), memory.Need("the weights' copy", copied)],
         pk.device,
         "build_qwen3",
         f"use a shorter max_seq_length (now {p.max_seq_length}) or fewer max_num_pages (now {p.max_num_pages})",
@@ -123,10 +125,18 @@ class _Builder:
         self.out = Qwen3Graph(c, g)
 
     def attach(self, name: str, t: torch.Tensor | None = None) -> DTensor:
+        """``t``, or the state_dict's weight ``name``, attached. A weight of the caller's is copied
+        where moving it to the device did not already copy it: the kernel holds a snapshot of every
+        weight, as it must of those it fuses (q / k / v, gate / up, the experts), so that a state_dict
+        changed afterwards changes none of them rather than some; and two names of one tensor (an lm
+        head that is the embedding) become two tensors."""
         data = self.w[name] if t is None else t
         if not data.is_meta:  # compile_only needs only a meta weight's shape; attach_input refuses it where the kernel runs
-            data = data.to(self.pk.device)
-        return self.pk.attach_input(data.contiguous(), name)
+            moved = data.to(self.pk.device).contiguous()
+            if t is None and moved.untyped_storage().data_ptr() == data.untyped_storage().data_ptr():
+                moved = moved.clone()
+            data = moved
+        return self.pk.attach_input(data, name)
 
     def new(self, name: str, *dims: int, dtype: torch.dtype | None = None) -> DTensor:
         self.out.intermediates.append(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from .config import Qwen3Config, expected_weights, is_finite_number
+from .config import Qwen3Config, expected_weights, is_finite_number, require_config
 
 
 def random_state_dict(
@@ -20,6 +20,12 @@ def random_state_dict(
     for a random permutation ``perm``, so the logit of token perm^-1(t) stands out where the residual
     stream still points along embed[t]: greedy decoding then has clear winners, far from bf16 ties,
     for tests that compare generated tokens (larger ``residual_scale`` lets the context decide more)."""
+    require_config(c, "random_state_dict")
+    if lm_head_peak and c.tie_word_embeddings:
+        raise ConfigError(
+            f"random_state_dict: lm_head_peak={lm_head_peak} shapes an lm head of its own, which a tied config "
+            f"(tie_word_embeddings=True) does not have; leave it 0, or untie the config"
+        )
     if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**64:
         raise ConfigError(f"random_state_dict: seed={seed!r} must be an integer in [-2**63, 2**64) (torch's seed range)")
     for name, v in (("residual_scale", residual_scale), ("lm_head_peak", lm_head_peak)):

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import pickle
 import re
+import types
 
 import pytest
 import torch
@@ -22,8 +23,8 @@ from mpk_runtime.models import (
     generation_params,
     random_state_dict,
 )
-from mpk_runtime.models.config import check_state_dict
 from mpk_runtime.models.grids import plan
+from mpk_runtime.models.state_dict import check_state_dict
 
 TINY = PRESETS["tiny"]
 MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64)
@@ -315,3 +316,99 @@ def test_weights_on_more_than_one_device():
     sd["model.layers.0.self_attn.k_proj.weight"] = sd["model.layers.0.self_attn.k_proj.weight"].to("meta")
     with pytest.raises(mpk.WeightError, match=r"state_dict holds weights on 2 devices \(.* on cpu, .*k_proj.weight' on meta\)"):
         check_state_dict(c, sd)
+
+
+def test_a_tied_config_refuses_an_lm_head_of_its_own():
+    """A tied config decodes with the embedding: an untied checkpoint's lm_head.weight had been
+    dropped without a word (the reference used it, and the tokens differed)."""
+    untied = random_state_dict(Qwen3Config(**TINY), seed=1, lm_head_peak=4.0)
+    tied = Qwen3Config(**TINY, tie_word_embeddings=True)
+    with pytest.raises(mpk.WeightError, match=r"lm_head.weight'\] is not the embedding table, .*set tie_word_embeddings=False"):
+        check_state_dict(tied, untied)
+    with pytest.raises(mpk.WeightError, match=r"is not the embedding table"):
+        check_state_dict(tied, {**untied, "lm_head.weight": torch.randn(3, 3)})
+    embed = untied["model.embed_tokens.weight"]
+    for head in (embed, embed.clone()):  # as a tied HF model's state_dict lists it: the table itself, or a copy
+        assert "lm_head.weight" not in check_state_dict(tied, {**untied, "lm_head.weight": head})
+
+
+def test_the_kernel_holds_a_snapshot_of_every_weight():
+    """Fused weights (q / k / v, gate / up) are copies; the others had been the caller's own tensors,
+    so a state_dict changed after the build reached some layers and not others. And an untied config
+    whose lm head is the embedding tensor itself (a tied checkpoint's state_dict) had been refused as
+    memory attached twice."""
+    c = Qwen3Config(**TINY)
+    sd = random_state_dict(c)
+    sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    gen = Qwen3Generator(c, sd, [[1, 2]], 4, compile_only=True, target_cc=90, num_workers=2)
+    theirs = {t.untyped_storage().data_ptr() for t in sd.values()}
+    attached = [n for n in expected_weights(c) if "proj" not in n or "o_proj" in n or "down_proj" in n]  # the unfused
+    assert [n for n in attached if gen.pk.tensor(n).untyped_storage().data_ptr() in theirs] == []
+    assert torch.equal(gen.pk.tensor("model.norm.weight"), sd["model.norm.weight"])
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(test_mode=True), r"Qwen3Generator: test_mode=True is the generator's own \(it decodes in offline mode"),
+        (dict(max_seq_length=50), r"max_seq_length=50 is the generator's own \(the longest prompt \+ max_new_tokens\)"),
+        (dict(meta_tensors={}), r"meta_tensors={} is the generator's own \(made from the prompts\); leave it out"),
+        (dict(max_num_batched_tokens=8), r"max_num_batched_tokens=8 is the generator's own \(set by max_batch_tokens=\)"),
+    ],
+)
+def test_kernel_parameters_the_generator_derives_are_refused(kw, match):
+    """test_mode=True had decoded one step and returned zeros as generated tokens."""
+    with pytest.raises(mpk.ConfigError, match=match):
+        generator(**kw)
+
+
+@pytest.mark.parametrize("config", [dict(TINY), types.SimpleNamespace(**TINY)], ids=["a dict", "a namespace"])
+def test_a_config_of_another_class_is_named(config):
+    want = r"config must be an mpk_runtime.models.Qwen3Config, got .*; for a Hugging Face config use Qwen3Config.from_hf"
+    for call in (
+        lambda: Qwen3Generator(config, {}, [[1]], 2, compile_only=True),
+        lambda: expected_weights(config),
+        lambda: random_state_dict(config),
+        lambda: check_state_dict(config, {}),
+    ):
+        with pytest.raises(mpk.ConfigError, match=want):
+            call()
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [(dict(moe_intermediate_size=40), "moe_intermediate_size=40"), (dict(hidden_size=112), "hidden_size=112")],
+)
+def test_a_moe_config_needs_sizes_the_expert_linears_take(change, name):
+    """Had built, and then failed inside the kernel's declaration with a layer's internal shape."""
+    with pytest.raises(mpk.ConfigError, match=rf"Qwen3Config: {name} must be a multiple of 32 in a MoE model"):
+        Qwen3Config(**{**TINY, **MOE, "num_attention_heads": 2, "num_key_value_heads": 1, **change})
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), r"rope scaling 'yarn' is not supported"),
+        (dict(rope_scaling={"type": "linear", "factor": 2.0}), r"rope scaling 'linear' is not supported"),
+        (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5}), r"rope scaling 'llama3' is not supported"),
+        (dict(use_sliding_window=True, sliding_window=4), r"use_sliding_window=True is not supported"),
+        (dict(hidden_act="gelu"), r"hidden_act='gelu' is not supported"),
+        (dict(attention_bias=True), r"attention_bias=True is not supported"),
+    ],
+)
+def test_a_hf_config_that_changes_the_model_is_refused(extra, match):
+    """Each had been ignored: the runtime would decode another model than the checkpoint's."""
+    with pytest.raises(mpk.ConfigError, match=rf"^Qwen3Config.from_hf: {match}"):
+        Qwen3Config.from_hf({**TINY, **extra})
+
+
+def test_a_hf_config_gives_its_dtype_where_the_model_runs_in_it():
+    plain = {**TINY, "rope_scaling": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}
+    assert Qwen3Config.from_hf({**plain, "torch_dtype": "float16"}).dtype == torch.float16
+    assert Qwen3Config.from_hf({**plain, "dtype": torch.bfloat16}).dtype == torch.bfloat16
+    assert Qwen3Config.from_hf({**plain, "torch_dtype": "float32"}).dtype == torch.bfloat16  # then check_state_dict says convert
+
+
+def test_a_peaked_lm_head_for_a_tied_config_is_refused():
+    with pytest.raises(mpk.ConfigError, match=r"lm_head_peak=1.0 shapes an lm head of its own, which a tied config"):
+        random_state_dict(Qwen3Config(**TINY, tie_word_embeddings=True), lm_head_peak=1.0)

@@ -70,7 +70,7 @@ def test_per_expert_checkpoint_names_are_stacked():
             p = f"model.layers.{i}.mlp.experts.{e}."
             split[p + "gate_proj.weight"], split[p + "up_proj.weight"] = w13[e, :32], w13[e, 32:]
             split[p + "down_proj.weight"] = w2[e]
-    from mpk_runtime.models.config import check_state_dict
+    from mpk_runtime.models.state_dict import check_state_dict
 
     fused = check_state_dict(c, split)
     assert all(torch.equal(fused[k], sd[k]) for k in expected_weights(c))
