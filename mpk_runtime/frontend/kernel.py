@@ -165,6 +165,8 @@ class PersistentKernel(TensorDeclarations):
             raise StateError("observe_iterations(): call compile() first")
         if not isinstance(self._runner, EmulatedKernel):
             raise StateError(f"observe_iterations(): needs an emulated kernel (emulate=True); this one is {self.backend}")
+        if not callable(callback):  # else a TypeError inside the emulator, at the first iteration
+            raise ConfigError(f"observe_iterations(): callback={callback!r} must be callable as callback(iteration, requests)")
         self._runner.observer = callback
 
     def compile_task_bodies(self):

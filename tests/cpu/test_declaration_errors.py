@@ -181,6 +181,17 @@ def test_observe_iterations_of_a_kernel_that_is_not_emulated(compiled):
         compiled.observe_iterations(lambda i, r: None)
 
 
+def test_observe_iterations_needs_a_callable(make_pk):
+    """A string had been taken, and failed with a TypeError inside the emulator at the first iteration."""
+    pk = make_pk(80, compile_only=False, emulate="reference")
+    a = pk.attach_input(torch.zeros(2, dtype=torch.int32), name="a")
+    b = pk.attach_input(torch.zeros(2, dtype=torch.int32), name="b")
+    pk.noop_layer([a], [b], grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    pk.compile()
+    with pytest.raises(ConfigError, match=r"observe_iterations\(\): callback='notcallable' must be callable as callback\("):
+        pk.observe_iterations("notcallable")
+
+
 @pytest.mark.parametrize("timeout", ["5", -1, True, float("inf"), float("nan")])
 def test_synchronize_timeout_must_be_seconds(make_pk, timeout):
     with pytest.raises(ConfigError, match=r"synchronize\(\): timeout=.* must be a number of seconds >= 0, or None"):
