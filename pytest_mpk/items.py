@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import inspect
 import os
 import re
@@ -495,4 +496,11 @@ def _line_of(cls: type) -> int:
 
 
 def _safe(nodeid: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.replace(os.sep, "/")).strip("_")[:150]
+    """The artifacts directory's name of an item: its node id, readable (a path's / as +, ::, [ and ]
+    as _), with a digest of the whole id where the name would lose more (other characters, or past
+    150): two items must never share a directory, each run deleting the other's files."""
+    nodeid = nodeid.replace(os.sep, "/")
+    name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", nodeid.replace("/", "+")).strip("_")
+    if len(name) > 150 or re.fullmatch(r"[A-Za-z0-9_.+/:\[\]-]*", nodeid) is None:
+        name = f"{name[:140]}-{hashlib.sha256(nodeid.encode()).hexdigest()[:8]}"
+    return name

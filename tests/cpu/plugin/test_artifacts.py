@@ -138,3 +138,16 @@ def test_a_fault_that_took_the_outputs_leaves_the_rest(tmp_path) -> None:
     assert _failure_text(RuntimeError("kernel fault"), setup, {"batch": 2}, saved).splitlines()[3] == (
         f"artifacts: {tmp_path} (inputs.pt, test_rank0.cu)"
     )
+
+
+def test_two_items_never_share_an_artifacts_directory() -> None:
+    """A path's / had become _ (so a/test_x.py and a_test_x.py shared one), and a long id was cut at
+    150 characters (so its cases and archs shared one): each run deleted the other's files."""
+    from pytest_mpk.items import _safe
+
+    assert _safe("test_scene.py::TestNorm::b2[sm90]") == "test_scene.py_TestNorm_b2_sm90"  # readable as before
+    assert _safe("a/test_x.py::T::b2[sm90]") != _safe("a_test_x.py::T::b2[sm90]")
+    long = "tests/" + "d" * 140 + "/test_x.py::TestLong::b2"
+    named = {_safe(f"{long}[{arch}]") for arch in ("sm80", "sm90")}
+    assert len(named) == 2 and all(len(n) <= 150 for n in named)
+    assert _safe("x.py::T::sweep[sm90] x=1") != _safe("x.py::T::sweep[sm90] x_1")

@@ -47,6 +47,15 @@ def test_mpk_replay_runs_the_scene_against_the_directory(pytester: pytest.Pytest
     assert sorted(p.name for p in kept.iterdir()) == FILES  # the replayed directory is left as it was
 
 
+def test_an_unedited_harness_source_replays_on_the_slice_references(pytester: pytest.Pytester, scenes) -> None:
+    """The harness builds with warp jitter, a define the source carries: an unedited kept source had
+    been compared with one generated without it, and refused as edited by hand."""
+    kept = kept_case(pytester)
+    assert "#define MPK_WARP_JITTER 1" in (kept / "test_rank0.cu").read_text()
+    args = ["--mpk-replay", str(kept), "--mpk-case", "TestNorm::b2", "--mpk-backend", "emulate-ref"]
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)
+
+
 def test_edited_source_is_rebuilt_and_refused_by_the_slice_references(pytester: pytest.Pytester, scenes) -> None:
     """An edited test_rank0.cu is rebuilt and run (the CUDA bodies on the CPU here); the slice-reference
     backend, which runs no CUDA code, refuses it; compile-only builds it once."""
