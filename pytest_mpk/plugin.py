@@ -34,6 +34,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _hang_timeout(text: str) -> float:
+    """The watchdog's timeout: what the runtime takes, (0, 3600] seconds (else every case would fail
+    with the runtime's message about its own parameter)."""
+    value = _positive_float(text)
+    if value > 3600:
+        raise argparse.ArgumentTypeError(f"expected at most 3600 seconds (the watchdog's limit), got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -63,7 +72,7 @@ def _arch(text: str) -> str:
 INI_OPTIONS = {
     "mpk_arch": ("--arch", _arch),
     "mpk_backend": ("--mpk-backend", _one_of(*devices.BACKENDS)),
-    "mpk_hang_timeout": ("--mpk-hang-timeout", _positive_float),
+    "mpk_hang_timeout": ("--mpk-hang-timeout", _hang_timeout),
 }
 
 
@@ -136,8 +145,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mpk-hang-timeout",
         dest="mpk_hang_timeout",
         metavar="SECONDS",
-        type=_positive_float,
-        help="Seconds without progress before the device watchdog stops a kernel (default 5)",
+        type=_hang_timeout,
+        help="Seconds without progress before the device watchdog stops a kernel (default 5, at most 3600)",
     )
     group.addoption(
         "--mpk-rank-timeout",

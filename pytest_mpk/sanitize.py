@@ -167,7 +167,7 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         "--mpk-no-warp-jitter",  # the tools see races and barriers directly; the sleeps only slow them
         "--mpk-keep-artifacts",
         "--mpk-hang-timeout",
-        str(hang_timeout * SLOWDOWN),
+        str(min(hang_timeout * SLOWDOWN, 3600)),  # the watchdog's limit
         "-p",
         "no:cacheprovider",
         "-n",  # one process: the sanitizer watches its child, not xdist's workers (and "-p no:xdist"

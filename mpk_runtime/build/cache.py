@@ -86,6 +86,7 @@ def cache_root() -> Path:
             path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpk"
         except RuntimeError:  # no home directory to be found
             raise BuildError("build cache: no home directory and no XDG_CACHE_HOME; set MPK_CACHE_DIR") from None
+    path = path.absolute()  # relative to where the process started: the compilers run in another directory
     with fs_errors("create the cache directory", path / "modules"):
         (path / "modules").mkdir(parents=True, exist_ok=True)
     tag = path / "CACHEDIR.TAG"

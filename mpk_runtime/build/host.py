@@ -116,7 +116,10 @@ def _key(parts: Sequence[str], files: Sequence[Path]) -> str:
 
 
 # What g++ and the assembler say of inline PTX compiled for the CPU.
-_PTX_ON_THE_CPU = re.compile(r"Assembler messages:|impossible constraint in 'asm'|invalid 'asm'|unknown register name")
+_PTX_ON_THE_CPU = re.compile(
+    r"Error: (no such instruction|invalid instruction suffix|unknown pseudo-op)|impossible constraint in 'asm'|invalid 'asm'"
+    r"|unknown register name"
+)
 _PTX_HINT = (
     "\nThe host emulator builds task bodies with g++ for the CPU, where inline PTX (asm) cannot assemble: "
     "put the asm under #ifndef MPK_HOST_EMULATION with C++ that does the same in the #else (as "

@@ -260,6 +260,17 @@ def test_an_empty_mpk_cache_dir_means_the_default(monkeypatch, tmp_path):
     assert build.cache_root() == tmp_path / "mpk"
 
 
+@pytest.mark.parametrize("variable", ["MPK_CACHE_DIR", "XDG_CACHE_HOME"])
+def test_a_relative_cache_directory_is_taken_from_where_the_process_runs(monkeypatch, tmp_path, variable):
+    """The compilers run in the repository: a relative path had named a directory there, and every
+    host build failed with "can't create relcache/modules/...: No such file or directory"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MPK_CACHE_DIR", raising=False)
+    monkeypatch.setenv(variable, "relcache")
+    root = build.cache_root()
+    assert root.is_absolute() and root.is_relative_to(tmp_path / "relcache") and (root / "modules").is_dir()
+
+
 def test_a_full_disk(cache, monkeypatch):
     """A temporary directory whose source.cu is /dev/full: writing it fails as on a full disk."""
 

@@ -80,3 +80,13 @@ def test_bad_hang_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str
     result = pytester.runpytest_inprocess(f"--mpk-hang-timeout={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*argument --mpk-hang-timeout: expected a positive number of seconds, got '{value}'"])
+
+
+@pytest.mark.parametrize("value", ["inf", "3601", "1e9"])
+def test_a_hang_timeout_past_the_watchdogs_limit_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    """The runtime takes (0, 3600]: every case had failed with its message about watchdog_timeout."""
+    result = pytester.runpytest_inprocess(f"--mpk-hang-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*argument --mpk-hang-timeout: expected at most 3600 seconds (the watchdog's limit), got '{value}'"]
+    )

@@ -199,3 +199,9 @@ def test_the_child_builds_without_warp_jitter() -> None:
     """The tools see races and barriers directly; jittered barriers only slowed them (synccheck's demo
     ran past 170 s with them on an H100, 20 s without)."""
     assert "--mpk-no-warp-jitter" in sanitize.child_command("cs", "synccheck", "pytest x.py::T::c", 10.0)
+
+
+def test_the_childs_hang_timeout_stays_within_the_watchdogs_limit() -> None:
+    """50 times the session's timeout: past 3600 s the child's every case had failed on the option."""
+    cmd = sanitize.child_command("cs", "memcheck", "pytest x.py::T::c", 100.0)
+    assert cmd[cmd.index("--mpk-hang-timeout") + 1] == "3600"
