@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ProfileError
 from ..profile import stats as ps
 from .common import CliError, JsonArgumentParser, output_file, run
 
@@ -33,7 +34,7 @@ def parser() -> JsonArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(lambda: answer(parser().parse_args(argv)))
+    return run(lambda: answer(parser().parse_intermixed_args(argv)))  # TASK before or after the option
 
 
 def answer(args: argparse.Namespace) -> dict:
@@ -66,7 +67,17 @@ def _phases(csv: str, task: str | None) -> list[dict]:
     rows = ps.read_phases_csv(path)
     if not rows:
         raise CliError(f"{path}: no task type marks phases in this profile; a body marks them with Runtime::mark (task_api.cuh)")
-    return ps.per_phase(ps.select(rows, task) if task is not None else rows)
+    if task is None:
+        return ps.per_phase(rows)
+    try:
+        return ps.per_phase(ps.select(rows, task))
+    except ProfileError:
+        ps.select(ps.read_csv(csv), task)  # a task type the profile does not have: said as for every question
+        marking = sorted({r.task_type_name for r in rows})
+        raise CliError(
+            f"task type {task!r} marks no phases in this profile (its body calls no Runtime::mark); these do: "
+            f"{', '.join(marking)}"
+        ) from None
 
 
 if __name__ == "__main__":

@@ -28,7 +28,13 @@ def draw(rows: list[Row], path: str, title: str) -> None:
     ax.set_yticks(range(len(workers)), [f"worker {w}" for w in workers])
     ax.set_ylim(len(workers) - 0.5, -0.5)
     ax.set_xlabel("time since the first task began (µs)")
-    ax.set_title(title)
-    ax.legend(handles=[Patch(color=colours[t], label=t[1]) for t in types], loc="upper right", fontsize="small")
+    ax.set_title(_plain(title))
+    ax.legend(handles=[Patch(color=colours[t], label=_plain(t[1])) for t in types], loc="upper right", fontsize="small")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=100)
+
+
+def _plain(text: str) -> str:
+    """``text`` as matplotlib draws it literally: a pair of $ would start its math mode (and a file
+    or task name with them had ended the drawing with a parse error)."""
+    return text.replace("$", r"\$")

@@ -132,6 +132,20 @@ def test_png(capsys, trace_csv, tmp_path, task):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 1000
 
 
+@pytest.mark.parametrize("option", [["--per-layer"], ["--stat", "max"]])
+def test_the_task_may_follow_the_option(capsys, trace_csv, option):
+    """As the usage line reads; "--stat max rmsnorm" had been refused as unrecognized arguments."""
+    assert call(capsys, trace_csv, *option, "rmsnorm") == call(capsys, trace_csv, "rmsnorm", *option)
+
+
+def test_png_of_names_with_dollar_signs(capsys, tmp_path):
+    """matplotlib reads a pair of $ as math: a file or task named with them had ended in a traceback."""
+    csv = tmp_path / "we$ird^$name.csv"
+    write_csv(csv, [Row(2, "lin$\\frac$", "lin_0", 0, 0, T0, T0 + 100, 100)])
+    code, out = call(capsys, csv, "--png", tmp_path / "w.png")
+    assert code == 0 and out["rows"] == 1 and (tmp_path / "w.png").stat().st_size > 1000
+
+
 def test_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--help"])
@@ -161,7 +175,7 @@ HEADER = ",".join(COLUMNS) + "\n"
         (["{csv}", "rmsnorm", "--list"], "--list lists every task type; drop TASK"),
         (["{missing}", "--list"], "cannot read profile CSV .*missing.csv.*No such file"),
         (["{csv}", "--png", "{missing_dir}"], "--png '.*': directory '.*' does not exist; create it or write elsewhere"),
-        ([], "the following arguments are required: TRACE.csv"),
+        ([], "one of the arguments --list --stat --per-layer --png --phases is required"),
         (["{csv}", "9" * 5000, "--stat", "avg"], "no task type '9999"),  # no int() of 5000 digits
         (["{csv}", "\u0662", "--stat", "avg"], "no task type '\u0662'"),  # an Arabic-Indic 2 is no task id
         (["{csv}", "--png", ""], "--png '': no file named; name the file to write"),
