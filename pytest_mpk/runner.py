@@ -205,6 +205,8 @@ def _run_case(
         if pk.host_build_result is not None:
             host = pk.host_build_result
             setup.notes.append(f"host module {'from the cache' if host.cached else 'built'}: {host.entry.name}")
+            if host.note:  # a damaged host module rebuilt, as a damaged cubin entry is said below
+                setup.notes.append(f"build cache: {host.note}")
         if cache_note:  # a damaged cache entry rebuilt, a lock holder built around
             setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:
@@ -239,7 +241,7 @@ def _run_case(
         )
         check_all_read(case, params)  # it passed, and every scene method that takes params has run
     except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit
-        saved = _save_failure(setup, inputs, run_tensors, outs, expected)
+        saved = _save_failure(setup, inputs, run_tensors if not isinstance(e, mpk.BuildError) else None, outs, expected)
         text = f"BuildError: {e}" if isinstance(e, mpk.BuildError) else e
         raise SceneFailure(_failure_text(text, setup, params, saved, golden_from)) from None
     finally:
@@ -285,12 +287,13 @@ def _profile_files(pk, setup: Setup) -> dict[str, Path]:
 FAILURE_FILES = ("inputs.pt", "actual.pt", "expected.pt", "test_rank0.cu", "task_graph_rank0.json", "signature_rank0.json")
 
 
-def _save_failure(setup: Setup, inputs: dict, run_tensors: dict, outs: list[str], expected: dict | None) -> list[str]:
+def _save_failure(setup: Setup, inputs: dict, run_tensors: dict | None, outs: list[str], expected: dict | None) -> list[str]:
     """Save what a failing case leaves for its author; returns the names of the files its artifacts
-    directory holds (the compile outputs included), in FAILURE_FILES order."""
+    directory holds (the compile outputs included), in FAILURE_FILES order. ``run_tensors`` None: the
+    kernel never ran (a build error), so there are no outputs to save (only their poison)."""
     torch.save(inputs, setup.artifacts / "inputs.pt")
     try:
-        actual = {n: run_tensors[n].detach().cpu() for n in outs}
+        actual = {n: run_tensors[n].detach().cpu() for n in outs} if run_tensors is not None else None
     except RuntimeError:  # the kernel faulted: the CUDA context, and the outputs with it, are gone
         actual = None
     if actual is not None:

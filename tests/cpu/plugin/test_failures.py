@@ -302,3 +302,4 @@ def test_a_build_error_keeps_the_source_and_gives_the_repro(pytester: pytest.Pyt
         ]
     )
     assert (kept / "test_rank0.cu").is_file()
+    assert not (kept / "actual.pt").exists()  # the kernel never ran: its outputs' poison is no result

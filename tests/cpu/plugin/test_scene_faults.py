@@ -197,3 +197,26 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     result = pytester.runpytest_inprocess("-rA")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"module built: {name}", f"build cache: rebuilt {name}: build.json holds null, not an object"])
+
+
+def test_a_rebuilt_host_module_is_noted_in_the_report(pytester: pytest.Pytester, scenes, monkeypatch, tmp_path) -> None:
+    """As a damaged cubin entry is: the host module's rebuild had gone to the log only."""
+    scene(
+        pytester,
+        """
+        @scene_test(layer="rmsnorm")
+        class TestNorm(NormScene):
+            CASES = [Case("b2", batch=2, hidden=256)]
+        """,
+    )
+    result = pytester.runpytest_inprocess("-rA")
+    host = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("host module "))
+    private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
+    shutil.copytree(shared, private / "modules", ignore=shutil.ignore_patterns("*.lock"))
+    (private / "modules" / host / "build.json").write_text(json.dumps(None))
+    monkeypatch.setenv("MPK_CACHE_DIR", str(private))
+    result = pytester.runpytest_inprocess("-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"host module built: {host}", f"build cache: rebuilt {host}: build.json holds null, not an object"]
+    )
