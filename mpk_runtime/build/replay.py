@@ -21,6 +21,7 @@ from ..errors import ConfigError, EmulationError, GraphError, GridError, MemoryB
 from ..graph.shuffle import shuffle
 from ..graph.variants import Variant
 from ..tasks import registry
+from ..tasks.spec import TaskSpec
 from .artifacts import CompileOutput, read
 
 
@@ -82,6 +83,24 @@ def _check_layer(out: CompileOutput, i: int) -> None:
             f"{where}.values: {spec.name} needs the numbers {', '.join(spec.scalars)}, "
             f"missing {missing or 'none'}, not numbers {bad or 'none'}; recompile the directory"
         )
+    # The descriptor's first scalars are those values (TaskSpec.scalar_values, and every task of ours
+    # that overrides it): the kernel reads the one, the slice references the other, so a file where
+    # they differ would show as a wrong result. A task of one's own may order its scalars otherwise.
+    ours = type(spec).scalar_values is TaskSpec.scalar_values or type(spec).__module__.startswith("mpk_runtime.")
+    for j, (k, default) in enumerate(spec.scalars.items() if ours else ()):
+        if j >= len(layer.scalars):
+            raise GraphError(f"{where}.scalars: {len(layer.scalars)} of them, but {spec.name} passes {k} as scalar {j}")
+        saved, want = layer.scalars[j], layer.values[k]
+        if saved.is_int != isinstance(default, int) or _as_descriptor(saved.value, default) != _as_descriptor(want, default):
+            raise GraphError(
+                f"{where}.scalars[{j}]: {saved.value!r}, but values.{k} is {want!r}, which the descriptor carries as "
+                f"{_as_descriptor(want, default)!r}; the file is damaged: recompile the directory"
+            )
+
+
+def _as_descriptor(value: int | float, default: int | float) -> int | float:
+    """A layer value as its descriptor scalar holds it: an int, or a float32."""
+    return int(value) if isinstance(default, int) else float(torch.tensor(float(value), dtype=torch.float32))
 
 
 def _check_variants(out: CompileOutput) -> None:

@@ -76,6 +76,16 @@ LAYER_FAULTS = {
         lambda g: g["layers"][0]["values"].update(eps="1e-6"),
         r"layers\[0\]\.values: rmsnorm needs the numbers eps, missing none, not numbers \['eps'\]",
     ),
+    # the kernel reads the descriptor's scalars, the slice references the values: a file where they
+    # differ had shown as a wrong result of the body
+    "a value the descriptor does not carry": (
+        lambda g: g["layers"][0]["values"].update(eps=0.5),
+        r"layers\[0\]\.scalars\[0\]: 1e-06, but values.eps is 0.5, which the descriptor carries as 0.5; the file is damaged",
+    ),
+    "a descriptor scalar the values do not give": (
+        lambda g: g["layers"][0].update(scalars=[{"f": 0.5}, {"i": 2}]),
+        r"layers\[0\]\.scalars\[0\]: 0.5, but values.eps is 1e-06, which the descriptor carries as 9.99",
+    ),
 }
 
 
