@@ -140,6 +140,8 @@ def read(output_dir: str | Path, rank: int) -> CompileOutput:
     """A compile output directory, every file checked; GraphError naming the file and field otherwise."""
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         raise ConfigError(f"rank={rank!r} must be an integer >= 0: the rank whose files (test_rank{{r}}.cu, ...) to read")
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise ConfigError(f"output_dir={output_dir!r} must be the path of a compile output directory (compile(output_dir=...))")
     where = paths(output_dir, rank)
     if not Path(output_dir).is_dir():
         what = "does not exist" if not Path(output_dir).exists() else "is not a directory"
@@ -198,7 +200,7 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise GraphError(f"{path}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise GraphError(f"{path}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise GraphError(f"{path}: cannot be read: {e}") from None
     except (ValueError, RecursionError) as e:  # nested too deeply, an integer of thousands of digits

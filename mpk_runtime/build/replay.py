@@ -32,9 +32,25 @@ class ReplayPlan:
     target_cc: int
 
 
+# Parameters of how a replay runs, not of the graph it runs: an override may change them (num_workers
+# and target_cc are checked against the schedule and the arch afterwards).
+RUN_SETTINGS = frozenset(
+    {"target_cc", "num_workers", "compile_only", "emulate", "emulate_check", "warp_jitter", "watchdog_timeout", "comm_timeout"}
+    | {"profiler_tensor", "trace_name", "meta_tensors"}
+)
+
+
 def init_params(plan: ReplayPlan, overrides: dict[str, Any]) -> dict[str, Any]:
     """The PersistentKernel parameters of a replay: the saved ones, the saved meta tensor overrides
-    (moved to where the kernel will run), then the caller's ``overrides``."""
+    (moved to where the kernel will run), then the caller's ``overrides``, which may not contradict
+    a saved parameter of the graph (its batch, its rank, its mode, ...): ConfigError."""
+    for k, v in overrides.items():
+        saved = plan.init_params.get(k)
+        if k in plan.init_params and k not in RUN_SETTINGS and v != saved:
+            raise ConfigError(
+                f"{plan.output.directory}: {k}={v!r} contradicts the saved graph, built with {k}={saved!r}; replay it "
+                f"with the saved value (leave {k} out), or compile the graph again with the new one"
+            )
     init = {**plan.init_params, "target_cc": plan.target_cc, **overrides}
     if plan.output.meta and "meta_tensors" not in overrides:
         cpu = init.get("emulate") or init.get("compile_only") or not torch.cuda.is_available()

@@ -121,6 +121,13 @@ def test_a_rank_that_is_not_one(saved, rank):
         artifacts.read(saved, rank)
 
 
+@pytest.mark.parametrize("where", [None, 3])
+def test_a_directory_that_is_not_a_path(where):
+    """from_artifacts(None, ...) had ended in pathlib's TypeError."""
+    with pytest.raises(ConfigError, match=rf"^output_dir={where!r} must be the path of a compile output directory"):
+        mpk.PersistentKernel.from_artifacts(where, {})
+
+
 def test_a_source_without_the_runtimes_entry_points(saved):
     """An edited test_rank0.cu emptied by mistake: nvcc and g++ build it, the loader finds nothing."""
     (saved / "test_rank0.cu").write_text("// nothing left\n")

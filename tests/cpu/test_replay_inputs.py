@@ -58,7 +58,7 @@ def test_the_saved_directory_reads_back(saved):
 def test_invalid_json_names_the_file_line_and_column(saved):
     graph_file(saved).write_text('{\n "format": "mpk-task-graph",\n "tasks": [oops]\n}')
     with pytest.raises(
-        GraphError, match=rf"^{re.escape(str(graph_file(saved)))}: not valid JSON: Expecting value at line 3 column 12$"
+        GraphError, match=rf"^{re.escape(str(graph_file(saved)))}: not valid JSON: Expecting value \(line 3, column 12\)$"
     ):
         artifacts.read(saved, 0)
 
@@ -239,6 +239,22 @@ def test_an_edited_source_is_not_run_by_the_slice_references(saved):
     pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate=True)  # the CUDA bodies: the edit runs
     pk.compile()
     pk.finalize()
+
+
+@pytest.mark.parametrize(
+    "override",
+    [dict(world_size=2), dict(mpi_rank=1), dict(test_mode=False), dict(max_num_batched_tokens=8), dict(placement="locality")],
+)
+def test_an_override_that_contradicts_the_saved_graph_is_refused(saved, override):
+    """Each had been taken: the saved schedule ran anyway, or the launch failed naming another rank."""
+    ((k, v),) = override.items()
+    with pytest.raises(ConfigError, match=rf"{k}={v!r} contradicts the saved graph, built with {k}=.*; replay it with the saved"):
+        mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate="reference", **override)
+
+
+def test_overrides_of_how_a_replay_runs_are_taken(saved):
+    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), emulate="reference", watchdog_timeout=9.0, test_mode=True)
+    assert pk.params.watchdog_timeout == 9.0  # and test_mode=True is what was saved
 
 
 def test_params_of_the_signature_are_checked_as_the_kernel_checks_them(saved):

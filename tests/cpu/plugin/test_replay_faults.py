@@ -28,7 +28,7 @@ def test_a_signature_that_is_not_json_is_a_collection_error(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(
         [
             "*ERROR collecting saved/signature_rank0.json*",
-            "GraphError: *saved/signature_rank0.json: not valid JSON: Expecting value at line 1 column 37",
+            "GraphError: *saved/signature_rank0.json: not valid JSON: Expecting value (line 1, column 37)",
         ]
     )
 
