@@ -132,14 +132,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mpk-artifacts-dir",
         dest="mpk_artifacts_dir",
         metavar="DIR",
-        help="Where each case keeps its sources, graph, inputs and outputs (default .mpk-artifacts)",
+        help="Where a failing case keeps its sources, graph, inputs, outputs and golden (default .mpk-artifacts)",
     )
     group.addoption(
         "--mpk-keep-artifacts",
         dest="mpk_keep_artifacts",
         action="store_true",
         default=False,
-        help="Keep the artifacts of passing cases too",
+        help="Keep the compile outputs (source, graph, signature) of passing cases too",
     )
     group.addoption(
         "--mpk-hang-timeout",
@@ -276,12 +276,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def pytest_collect_file(file_path, parent: pytest.Collector):
     """A compile output directory named on the command line replays as it is (see replay.py); one
     met while collecting a folder (kept artifacts, say) is not a test."""
-    from .replay import ReplayFile, is_signature
+    from .replay import MissingSignature, ReplayFile, is_signature, lacks_its_signature
 
-    if is_signature(file_path):
+    if is_signature(file_path) or lacks_its_signature(file_path):
         named = {str(parent.config.invocation_params.dir.joinpath(a.split("::")[0]).resolve()) for a in parent.config.args}
         if str(file_path.resolve()) in named or str(file_path.parent.resolve()) in named:
-            return ReplayFile.from_parent(parent, path=file_path)
+            kind = ReplayFile if is_signature(file_path) else MissingSignature
+            return kind.from_parent(parent, path=file_path)
     return None
 
 

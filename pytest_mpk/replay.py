@@ -23,10 +23,27 @@ from . import devices
 from .session import BACKEND_PROPERTY, SESSION_KEY
 
 SIGNATURE = re.compile(r"^signature_rank(\d+)\.json$")
+TASK_GRAPH = re.compile(r"^task_graph_rank(\d+)\.json$")
 
 
 def is_signature(path: Path) -> bool:
     return SIGNATURE.match(path.name) is not None
+
+
+def lacks_its_signature(path: Path) -> bool:
+    """A rank's task graph with no signature beside it: a damaged compile output directory, which
+    would otherwise collect nothing and say nothing."""
+    m = TASK_GRAPH.match(path.name)
+    return m is not None and not (path.parent / f"signature_rank{m.group(1)}.json").exists()
+
+
+class MissingSignature(pytest.File):
+    def collect(self):
+        rank = TASK_GRAPH.match(self.path.name).group(1)
+        raise self.CollectError(
+            f"GraphError: {self.path.parent / f'signature_rank{rank}.json'} is missing beside {self.path.name}; a replay "
+            f"needs every file compile(output_dir=...) writes: compile the directory again"
+        )
 
 
 class ReplayFile(pytest.File):
