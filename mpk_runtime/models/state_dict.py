@@ -75,6 +75,8 @@ def check_state_dict(c: Qwen3Config, state_dict: dict[str, torch.Tensor]) -> dic
         hint = ""
         if missing == ["lm_head.weight"]:
             hint = "; for an lm head tied to the embedding set Qwen3Config(tie_word_embeddings=True)"
+        else:
+            hint = _prefix_hint(missing[0], list(state_dict))
         raise WeightError(
             f"state_dict has no {missing[0]!r}{more}: every Hugging Face Qwen3 weight of this config is needed{hint}"
         )
@@ -118,3 +120,15 @@ def _check_tied(state_dict: dict[str, torch.Tensor]) -> None:
             "state_dict['lm_head.weight'] is not the embedding table, but Qwen3Config(tie_word_embeddings=True) decodes "
             "with the embedding: this checkpoint has an lm head of its own; set tie_word_embeddings=False"
         )
+
+
+def _prefix_hint(wanted: str, keys: list[str]) -> str:
+    """Where the checkpoint names the weight with a prefix more or less (a DDP ``module.``, a
+    compiled ``_orig_mod.``, a bare ``Qwen3Model`` without ``model.``): how to rename them."""
+    for key in keys:
+        if key.endswith(wanted) and key != wanted:
+            extra = key[: -len(wanted)]
+            return f"; the checkpoint names it {key!r}: pass {{k.removeprefix({extra!r}): v for k, v in state_dict.items()}}"
+        if wanted.endswith(key) and wanted.startswith("model.") and "." in key:
+            return f"; the checkpoint names it {key!r}, without 'model.': pass {{'model.' + k: v for k, v in state_dict.items()}}"
+    return ""

@@ -412,3 +412,19 @@ def test_a_hf_config_gives_its_dtype_where_the_model_runs_in_it():
 def test_a_peaked_lm_head_for_a_tied_config_is_refused():
     with pytest.raises(mpk.ConfigError, match=r"lm_head_peak=1.0 shapes an lm head of its own, which a tied config"):
         random_state_dict(Qwen3Config(**TINY, tie_word_embeddings=True), lm_head_peak=1.0)
+
+
+@pytest.mark.parametrize(
+    "rename, fix",
+    [
+        (lambda k: "module." + k, r"names it 'module.model.embed_tokens.weight': pass \{k.removeprefix\('module.'\)"),
+        (lambda k: "_orig_mod." + k, r"names it '_orig_mod.model.embed_tokens.weight': pass \{k.removeprefix\('_orig_mod.'\)"),
+        (lambda k: k.removeprefix("model."), r"names it 'embed_tokens.weight', without 'model.': pass \{'model.' \+ k"),
+    ],
+    ids=["DDP", "torch.compile", "a bare Qwen3Model"],
+)
+def test_a_checkpoint_with_another_prefix_says_how_to_rename(rename, fix):
+    c = Qwen3Config(**TINY)
+    sd = {rename(k): v for k, v in random_state_dict(c).items()}
+    with pytest.raises(mpk.WeightError, match=rf"state_dict has no 'model.embed_tokens.weight' .*; the checkpoint {fix}"):
+        check_state_dict(c, sd)
