@@ -174,7 +174,8 @@ def test_an_artifacts_directory_that_cannot_be_made(pytester: pytest.Pytester, s
     )
 
 
-def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester, scenes, monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("damaged", ["module", "host module"])  # the host module's rebuild had gone to the log only
+def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester, scenes, monkeypatch, tmp_path, damaged) -> None:
     scene(
         pytester,
         """
@@ -186,37 +187,18 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     result = pytester.runpytest_inprocess("-rA")
     name = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("module from the cache: "))
     private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
-    # The damaged nvcc entry, beside sound copies of the host-emulation builds the case also needs
-    # (the emulator's runtime archive, the module's host build): only the damaged entry is rebuilt.
+    # The damaged entry, beside sound copies of the other builds the case needs (the nvcc module, the
+    # emulator's runtime archive, the module's host build): only the damaged entry is rebuilt.
     stem = name.rsplit("-", 3)[0]  # <stem>-sm90-cubin-<key>: an emulated case builds the device code only
     for entry in [shared / name, *shared.glob("emulation-runtime-*"), *shared.glob(f"{glob.escape(stem)}-host-*")]:
         if entry.is_dir():
             shutil.copytree(entry, private / "modules" / entry.name)
+    if damaged == "host module":
+        name = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("host module "))
     (private / "modules" / name / "build.json").write_text(json.dumps(None))
     monkeypatch.setenv("MPK_CACHE_DIR", str(private))
     result = pytester.runpytest_inprocess("-rA")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"module built: {name}", f"build cache: rebuilt {name}: build.json holds null, not an object"])
-
-
-def test_a_rebuilt_host_module_is_noted_in_the_report(pytester: pytest.Pytester, scenes, monkeypatch, tmp_path) -> None:
-    """As a damaged cubin entry is: the host module's rebuild had gone to the log only."""
-    scene(
-        pytester,
-        """
-        @scene_test(layer="rmsnorm")
-        class TestNorm(NormScene):
-            CASES = [Case("b2", batch=2, hidden=256)]
-        """,
-    )
-    result = pytester.runpytest_inprocess("-rA")
-    host = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("host module "))
-    private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
-    shutil.copytree(shared, private / "modules", ignore=shutil.ignore_patterns("*.lock"))
-    (private / "modules" / host / "build.json").write_text(json.dumps(None))
-    monkeypatch.setenv("MPK_CACHE_DIR", str(private))
-    result = pytester.runpytest_inprocess("-rA")
-    result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        [f"host module built: {host}", f"build cache: rebuilt {host}: build.json holds null, not an object"]
+        [f"{damaged} built: {name}", f"build cache: rebuilt {name}: build.json holds null, not an object"]
     )
