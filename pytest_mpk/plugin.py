@@ -43,6 +43,13 @@ def _hang_timeout(text: str) -> float:
     return value
 
 
+def _directory(text: str) -> str:
+    """A directory option: an empty value is a mistake (a variable that was not set), not the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a directory, got an empty value")
+    return text
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -132,6 +139,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mpk-artifacts-dir",
         dest="mpk_artifacts_dir",
         metavar="DIR",
+        type=_directory,
         help="Where a failing case keeps its sources, graph, inputs, outputs and golden (default .mpk-artifacts)",
     )
     group.addoption(

@@ -202,3 +202,10 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines(
         [f"{damaged} built: {name}", f"build cache: rebuilt {name}: build.json holds null, not an object"]
     )
+
+
+def test_an_empty_artifacts_dir_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """--mpk-artifacts-dir= (a variable that was not set, say) had meant the default directory."""
+    result = pytester.runpytest_inprocess("--mpk-artifacts-dir=")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*argument --mpk-artifacts-dir: expected a directory, got an empty value"])
