@@ -15,6 +15,8 @@ namespace mpk {
 
 constexpr int kTargetSm = MPK_TARGET_SM;
 static_assert(kTargetSm == 80 || kTargetSm == 90 || kTargetSm == 100, "MPK_TARGET_SM must be 80, 90 or 100");
+// The opt-in maximum of dynamic shared memory per block (what cudaFuncSetAttribute accepts).
+constexpr unsigned kMaxDynamicSmemBytes = kTargetSm >= 90 ? 227u << 10 : 163u << 10;
 
 constexpr int kWarpSize = 32;
 

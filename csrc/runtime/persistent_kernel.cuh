@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(kWorkerThreads, 1) worker_kernel(const __grid_
 }
 
 // What a launch would refuse (host.cuh's cudaFuncSetAttribute), said by the build off the GPU: the
-// hungriest variant's dynamic shared memory within the arch's opt-in maximum per block.
-constexpr unsigned kMaxDynamicSmemBytes = kTargetSm >= 90 ? 227u << 10 : 163u << 10;
+// hungriest variant's dynamic shared memory within the arch's opt-in maximum per block (the generated
+// source says it first for each variant, with its layers' names).
 static_assert(kDynamicSmemBytes <= kMaxDynamicSmemBytes,
               "a task variant needs more dynamic shared memory than a block of this arch can have (227 KB on "
               "sm90 and sm100, 163 KB on sm80): give it smaller slices (a larger grid) or fewer rows per task");

@@ -34,6 +34,7 @@ def generate(variants: list[Variant], arch: str, warp_jitter: bool = False) -> s
         "",
         "// The hungriest variant's dynamic shared memory sizes the kernel's.",
         f"constexpr unsigned kDynamicSmemBytes = max_of({{{', '.join(['0u', *smem])}}});",
+        *(_smem_assert(v) for v in variants if v.smem),
         "",
         "inline char const *task_type_name(int opcode) {",
         "  switch (opcode) {",
@@ -63,6 +64,18 @@ def generate(variants: list[Variant], arch: str, warp_jitter: bool = False) -> s
         "",
     ]
     return "\n".join(out)
+
+
+def _smem_assert(v: Variant) -> str:
+    """A build error naming the variant's layers when its tasks need more dynamic shared memory than
+    a block of the arch has (a launch would refuse it; the kernel's own assertion names no layer)."""
+    layers = ", ".join(v.layers[:3]) + (" ..." if len(v.layers) > 3 else "")
+    what = f"variant {v.id} ({v.spec.name}: {layers})".replace("\\", "").replace('"', "")
+    return (
+        f'static_assert(({v.smem}) <= kMaxDynamicSmemBytes, "{what} needs more dynamic shared memory than a block of '
+        f"this arch can have (227 KB on sm90 and sm100, 163 KB on sm80): give its layers smaller slices (a larger grid) "
+        f'or fewer rows per task");'
+    )
 
 
 def module_name_of(source: str) -> str:

@@ -57,3 +57,15 @@ def test_both_paths_compile_for_every_arch(make_pk, cc):
     y = pk.attach_input(torch.empty(3, 40, dtype=bf), "y2")
     pk.rmsnorm_linear_layer(input=x, weight=w, norm_weight=nw, output=y, grid_dim=(5, 1, 1), block_dim=pk.block_dim)
     pk.compile()
+
+
+def test_a_variant_past_the_blocks_shared_memory_is_named_by_the_build(make_pk, monkeypatch, tmp_path):
+    """512 rows of a 256-wide input in one task: the kernel's own assertion had named no layer
+    (a model with max_batch_tokens=512 failed so inside nvcc)."""
+    from mpk_runtime.errors import BuildError
+
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    pk = make_pk(90, max_num_batched_tokens=512, max_seq_length=512, max_num_pages=512)
+    layer(pk, batch=512, k=256, n=64, tasks=4)
+    with pytest.raises(BuildError, match=r"variant 0 \(rmsnorm_linear: rmsnorm_linear_0\) needs more dynamic shared memory"):
+        pk.compile()
