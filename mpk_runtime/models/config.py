@@ -5,6 +5,7 @@ shape; state_dict.py checks a checkpoint against them)."""
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -18,8 +19,15 @@ GROUP_SIZES = (1, 2, 4, 8, 16)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _as_int(v: Any) -> int | None:
+    """``v`` as a Python int where it is an integer (NumPy and 0-d torch integers too, as a config
+    read from an array gives them; no bools, no floats), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def is_finite_number(v: Any) -> bool:
@@ -95,13 +103,15 @@ class Qwen3Config:
             "num_hidden_layers",
             "vocab_size",
         ):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 1:
-                raise ConfigError(f"Qwen3Config: {name}={v!r} must be a positive integer")
+            v = _as_int(getattr(self, name))
+            if v is None or v < 1:
+                raise ConfigError(f"Qwen3Config: {name}={getattr(self, name)!r} must be a positive integer")
+            object.__setattr__(self, name, v)  # a plain int, whatever integer type was given (frozen)
         for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 0:
-                raise ConfigError(f"Qwen3Config: {name}={v!r} must be an integer >= 0 (0: a dense MLP)")
+            v = _as_int(getattr(self, name))
+            if v is None or v < 0:
+                raise ConfigError(f"Qwen3Config: {name}={getattr(self, name)!r} must be an integer >= 0 (0: a dense MLP)")
+            object.__setattr__(self, name, v)
         if not isinstance(self.tie_word_embeddings, bool):
             raise ConfigError(f"Qwen3Config: tie_word_embeddings={self.tie_word_embeddings!r} must be True or False")
         if self.head_dim not in HEAD_DIMS:

@@ -151,9 +151,9 @@ class BatchPlanner:
         need = -(-kv_len // cfg.page_size)
         while len(self.pages[req]) < need:
             if not self.page_queue:
-                raise PagesExhausted(
-                    f"request {req} needs {need} KV pages and the page queue is empty; "
-                    f"raise max_num_pages (now {cfg.max_num_pages})"
+                raise PagesExhausted(  # the pages of its tokens so far: more come as it grows
+                    f"request {req} needs {need} KV pages for its first {kv_len} tokens (page_size={cfg.page_size}) "
+                    f"and the page queue is empty; raise max_num_pages (now {cfg.max_num_pages})"
                 )
             self.pages[req].append(self.page_queue.pop(0))
         qo, kv = m["qo_indptr_buffer"], m["paged_kv_indptr_buffer"]

@@ -157,7 +157,7 @@ def test_decode_without_a_free_page_raises_pages_exhausted():
     assert planner.prepare_next_batch(0)
     with pytest.raises(
         PagesExhausted,
-        match=r"request 0 needs 2 KV pages and the page queue is empty; raise "
+        match=r"request 0 needs 2 KV pages for its first 2 tokens \(page_size=1\) and the page queue is empty; raise "
         r"max_num_pages \(now 2\)",
     ) as info:
         planner.prepare_next_batch(1)

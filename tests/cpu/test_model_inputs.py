@@ -428,3 +428,11 @@ def test_a_checkpoint_with_another_prefix_says_how_to_rename(rename, fix):
     sd = {rename(k): v for k, v in random_state_dict(c).items()}
     with pytest.raises(mpk.WeightError, match=rf"state_dict has no 'model.embed_tokens.weight' .*; the checkpoint {fix}"):
         check_state_dict(c, sd)
+
+
+def test_integer_sizes_of_any_integer_type_are_plain_ints():
+    """NumPy and 0-d torch integers (a config read from an array) had been refused as not integers."""
+    np = pytest.importorskip("numpy")
+    c = Qwen3Config(**{**TINY, "hidden_size": np.int64(128), "vocab_size": torch.tensor(512)})
+    assert (c.hidden_size, c.vocab_size) == (128, 512) and type(c.hidden_size) is int and type(c.vocab_size) is int
+    assert c == Qwen3Config(**TINY)
