@@ -19,7 +19,7 @@ GROUP_SIZES = (1, 2, 4, 8, 16)
 DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _as_int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
     """``v`` as a Python int where it is an integer (NumPy and 0-d torch integers too, as a config
     read from an array gives them; no bools, no floats), else None."""
     if isinstance(v, bool):
@@ -103,12 +103,12 @@ class Qwen3Config:
             "num_hidden_layers",
             "vocab_size",
         ):
-            v = _as_int(getattr(self, name))
+            v = as_int(getattr(self, name))
             if v is None or v < 1:
                 raise ConfigError(f"Qwen3Config: {name}={getattr(self, name)!r} must be a positive integer")
             object.__setattr__(self, name, v)  # a plain int, whatever integer type was given (frozen)
         for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
-            v = _as_int(getattr(self, name))
+            v = as_int(getattr(self, name))
             if v is None or v < 0:
                 raise ConfigError(f"Qwen3Config: {name}={getattr(self, name)!r} must be an integer >= 0 (0: a dense MLP)")
             object.__setattr__(self, name, v)

@@ -8,7 +8,6 @@ sampled ``eos_token_id``). All requests run at once: each gets the KV pages of a
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ import torch
 from .. import memory
 from ..errors import ConfigError
 from . import grids as grid_plan
-from .config import Qwen3Config, require_config
+from .config import Qwen3Config, as_int, require_config
 from .qwen3 import Qwen3Graph, build_qwen3, cache_needs
 
 DEFAULT_PAGE_SIZE = 16
@@ -86,16 +85,6 @@ def _count(name: str, v: Any, limit: int = INT32_MAX) -> int:
     return v
 
 
-def _integer(t: Any) -> int | None:
-    """``t`` as an int where it is one (numpy and 0-d torch integers too; no bools, no floats)."""
-    if isinstance(t, bool):
-        return None
-    try:
-        return operator.index(t)
-    except TypeError:
-        return None
-
-
 def _prompt_rows(prompts: Any, vocab_size: int | None) -> list[list[int]]:
     """``prompts`` as lists of Python ints, each token id checked."""
     if isinstance(prompts, torch.Tensor):
@@ -123,7 +112,7 @@ def _prompt_rows(prompts: Any, vocab_size: int | None) -> list[list[int]]:
             raise ConfigError(f"generate: prompt {r} is empty; give at least one prompt, each of at least one token id")
         row = []
         for t in p:
-            i = _integer(t)
+            i = as_int(t)
             if i is None:
                 raise ConfigError(f"generate: prompt {r} holds token id {t!r} ({type(t).__name__}); token ids are integers")
             if not 0 <= i < top:
