@@ -10,6 +10,7 @@ cubin), which checks that the task bodies compile for the arch at a fraction of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 from ..build import artifacts, replay
 from ..build.cache import BuildResult, build_module
 from ..codegen import dispatcher
+from ..errors import BuildError
 from ..graph import CompiledGraph, TaskGraph
 from ..run.launcher import Module
 from ..run.start import RunInputs, Runner, start_runner
@@ -65,7 +67,13 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     if output_dir is not None:  # before the build: a source nvcc refuses is there to read and edit
         overrides = {name: k.meta_tensors[name] for name in p.meta_tensors}
         written = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-    build_result = build(source, k.arch, on_gpu)
+    try:
+        build_result = build(source, k.arch, on_gpu)
+    except BuildError as e:  # a replayed source's lines are the user's file's: name it, not the cache's copy
+        if k.replayed is None:
+            raise
+        mine = k.replayed.directory / f"test_rank{k.replayed.signature.rank}.cu"
+        raise BuildError(re.sub(r"\S*/failed/[^/\s(:]+\.cu", lambda _: str(mine), str(e))) from None
     module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     heap = comm.bind(k.graph, graph, p, k.backend, module, k.device)
     tensors = {name: t.data for name, t in k.graph.tensors.items()}

@@ -275,3 +275,15 @@ def test_a_consistent_directory_too_large_for_the_machine(saved, monkeypatch):
         r"MPK_MEMORY_LIMIT; the signature's shapes are too large for this machine, or set MPK_MEMORY_LIMIT",
     ):
         mpk.PersistentKernel.from_artifacts(saved, tensors, compile_only=True)
+
+
+def test_a_build_error_of_an_edited_source_names_the_users_file(saved):
+    """nvcc's lines pointed at the cache's copy under failed/; the line numbers are the user's file's."""
+    source = saved / "test_rank0.cu"
+    lines = source.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("namespace mpk"))
+    lines.insert(at + 1, "int this is not C++;")
+    source.write_text("\n".join(lines) + "\n")
+    pk = mpk.PersistentKernel.from_artifacts(saved, tensors_of(saved), compile_only=True)
+    with pytest.raises(mpk.BuildError, match=rf"{re.escape(str(source))}\({at + 2}\): error"):
+        pk.compile()
