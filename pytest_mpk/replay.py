@@ -86,6 +86,7 @@ class ReplayItem(pytest.Item):
         signature = harness.read_compile_output(directory, self.rank).signature
         backend = devices.backend_for(self.arch, session.backend, session.local_arch(), session.emulate_check)
         self.user_properties.append((BACKEND_PROPERTY, backend))
+        self._ran_on = (backend, session.backend)
         shapes = [(t.name, t.shape, t.dtype) for t in signature.tensors]
         # Host: the inputs, the run's tensors (or their copy back) and the golden run's; the GPU: the run's.
         harness.check_memory(shapes, "cpu", f"replay of {directory}", copies=3)
@@ -159,10 +160,27 @@ class ReplayItem(pytest.Item):
         from .compare import MismatchError
 
         if isinstance(excinfo.value, MismatchError):
-            return str(excinfo.value)
+            return f"{excinfo.value}\n{self._where()}"
         if isinstance(excinfo.value, MpkError):
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+            return f"{type(excinfo.value).__name__}: {excinfo.value}\n{self._where()}"
         return super().repr_failure(excinfo, style)
+
+    def _where(self) -> str:
+        """The lines a scene case's report ends with: what ran, against what, and how to run it again."""
+        import shlex
+
+        backend, asked = getattr(self, "_ran_on", (None, None))
+        golden = (
+            "a second emulated launch (another task interleaving)"
+            if backend == devices.EMULATED_REF
+            else "the emulator running the same task graph with each task's slice reference, on the same inputs"
+        )
+        repro = ["pytest", "-p", "mpk", str(self.path.parent), "--arch", self.arch]
+        if asked and asked != "auto":
+            repro += ["--mpk-backend", asked]
+        return "\n".join(
+            [f"backend: {backend} ({self.arch})", f"golden: {golden}", f"repro: {' '.join(map(shlex.quote, repro))}"]
+        )
 
     def reportinfo(self):
         return self.path, 0, f"replay of {self.path.parent}"  # a line: skips are reported here

@@ -107,7 +107,15 @@ def test_edited_source_runs_on_the_cpu(pytester: pytest.Pytester, scenes, edit, 
 
     result = pytester.runpytest_inprocess("-p", "mpk", str(kept), "-v")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*signature_rank0.json::replay[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*signature_rank0.json::replay[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
+            # as a scene case's report ends (they had been missing with no scene)
+            "backend: emulated (CUDA bodies on the CPU) (sm90)",
+            "golden: the emulator running the same task graph with each task's slice reference, on the same inputs",
+            f"repro: pytest -p mpk {kept} --arch sm90",
+        ]
+    )
 
 
 def test_scene_that_does_not_fit_the_signature_is_refused(pytester: pytest.Pytester, scenes) -> None:
