@@ -53,8 +53,9 @@ class ReplayFile(pytest.File):
         rank = int(SIGNATURE.match(self.path.name).group(1))
         try:
             arch = harness.signature_arch(self.path)
-        except MpkError as e:
-            raise self.CollectError(f"{type(e).__name__}: {e}") from None
+        except MpkError as e:  # one failed item, as a damaged task graph is: other directories still run
+            yield ReplayItem.from_parent(self, name="replay[?]", rank=rank, arch="?", broken=f"{type(e).__name__}: {e}")
+            return
         yield ReplayItem.from_parent(self, name=f"replay[{arch}]", rank=rank, arch=arch)
 
 
@@ -67,13 +68,20 @@ def refuse_emulation(error: Exception, requested_backend: str) -> None:
         raise pytest.skip.Exception(f"not run: {error}", _use_item_location=True)  # reported at the case
 
 
+class DamagedDirectory(Exception):
+    """A compile output directory whose signature cannot be read: the item fails with its message."""
+
+
 class ReplayItem(pytest.Item):
-    def __init__(self, *, rank: int, arch: str, **kwargs):
+    def __init__(self, *, rank: int, arch: str, broken: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.rank, self.arch = rank, arch
+        self.rank, self.arch, self.broken = rank, arch, broken
 
     def runtest(self) -> None:
         import torch
+
+        if self.broken is not None:
+            raise DamagedDirectory(self.broken)
 
         import mpk_runtime as mpk
         from mpk_runtime import harness
@@ -159,6 +167,8 @@ class ReplayItem(pytest.Item):
 
         from .compare import MismatchError
 
+        if isinstance(excinfo.value, DamagedDirectory):
+            return str(excinfo.value)
         if isinstance(excinfo.value, MismatchError):
             return f"{excinfo.value}\n{self._where()}"
         if isinstance(excinfo.value, MpkError):
