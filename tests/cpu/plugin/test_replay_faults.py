@@ -86,9 +86,9 @@ def test_a_directory_without_a_signature(pytester: pytest.Pytester, scenes) -> N
     result.stdout.fnmatch_lines(["*no tests ran*"])
 
 
-def test_a_task_graph_without_its_signature_is_a_collection_error(pytester: pytest.Pytester, saved: Path) -> None:
+def test_a_task_graph_without_its_signature_fails(pytester: pytest.Pytester, saved: Path) -> None:
     """The directory had collected nothing and said nothing (exit 5)."""
     (saved / "signature_rank0.json").unlink()
     result = pytester.runpytest_inprocess("-p", "mpk", "saved")
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["GraphError: *saved/signature_rank0.json is missing beside task_graph_rank0.json; a replay*"])
