@@ -3,8 +3,9 @@
 ``PersistentKernel.from_artifacts`` (the front end) calls ``plan``; the saved source is built as it
 is now (an edited file is rebuilt, an unchanged one comes from the cache) and the saved graph is
 uploaded as it was. ``plan`` also tells whether the source was edited (it differs from the one
-the saved graph generates): the CPU emulator runs the graph with the tasks' Python references, so
-it cannot run an edited source, and the front end refuses to emulate one.
+the saved graph generates): the host emulator of the CUDA bodies (emulate=True) runs an edited source
+as it runs any, but the slice-reference emulator (emulate="reference") runs the tasks' Python
+references, not the source, so the front end refuses an edited one there.
 """
 
 from __future__ import annotations
