@@ -75,6 +75,12 @@ class MpkSession:
         self.hang_timeout: float = opt.mpk_hang_timeout or ini(config, "mpk_hang_timeout")
         self.rank_timeout: float | None = opt.mpk_rank_timeout
         self.replay: Path | None = Path(opt.mpk_replay).resolve() if opt.mpk_replay else None
+        if self.replay is not None and not self.replay.is_dir():  # as a bad --mpk-artifacts-dir is
+            what = "does not exist" if not self.replay.exists() else "is not a directory"
+            raise pytest.UsageError(
+                f"--mpk-replay {opt.mpk_replay}: {self.replay} {what}; give a compile output directory (a kept case's, "
+                f"or pk.compile(output_dir=...))"
+            )
         self.profile: bool = opt.mpk_profile
         self.sweep_examples: int | None = opt.mpk_sweep_examples
         self.sanitize: str | None = None if os.environ.get(sanitize.CHILD) else opt.mpk_sanitize

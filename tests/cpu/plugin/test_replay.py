@@ -137,6 +137,17 @@ def test_replay_of_a_directory_without_compile_output(pytester: pytest.Pytester,
     )
 
 
+@pytest.mark.parametrize("where", ["no/such/dir", "a_file"])
+def test_a_replay_path_that_is_no_directory_is_a_usage_error(pytester: pytest.Pytester, scenes, where) -> None:
+    """It had failed every selected case with the same error, as a bad --mpk-artifacts-dir had not."""
+    pytester.makepyfile(test_scene=SCENE)
+    (pytester.path / "a_file").write_text("")
+    result = pytester.runpytest_inprocess("--mpk-replay", where, "--mpk-case", "TestNorm::b2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    what = "does not exist" if "/" in where else "is not a directory"
+    result.stderr.fnmatch_lines([f"ERROR: --mpk-replay {where}: * {what}; *"])
+
+
 TWO_HOPS = """
 import torch
 from pytest_mpk import Case, scene_test
