@@ -105,9 +105,18 @@ def entry_is_valid(entry: Path, key: str | None = None, filename: str = MODULE) 
         return False
 
 
-def build_module(source: str, arch: str, name: str, python_extension: bool = False, device_only: bool = False) -> BuildResult:
+def build_module(
+    source: str,
+    arch: str,
+    name: str,
+    python_extension: bool = False,
+    device_only: bool = False,
+    source_file: Path | None = None,
+) -> BuildResult:
     """The module for ``source`` on ``arch``: from the cache, or built once and published there.
-    ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU."""
+    ``device_only``: the device code alone, a cubin (nvcc.py), for a kernel that never runs on a GPU.
+    ``source_file``: where ``source`` is the user's to edit (a replayed test_rank<r>.cu), which a
+    build error's file:line references then name; else they name a copy kept under the cache."""
     if device_only:
         _check_scheduler(arch)
     key = cache_key(source, arch, python_extension, device_only)
@@ -120,7 +129,9 @@ def build_module(source: str, arch: str, name: str, python_extension: bool = Fal
             (tmp / SOURCE).write_text(source)
         try:
             compile_to(tmp / SOURCE, tmp / filename, arch, python_extension, device_only)
-        except BuildError as e:  # its lines name the source in tmp, which goes: name a copy that stays
+        except BuildError as e:  # its lines name the source in tmp, which goes: name one that stays
+            if source_file is not None:
+                raise BuildError(str(e).replace(str(tmp / SOURCE), str(source_file))) from None
             raise naming_kept_source(e, tmp / SOURCE, source, entry.name) from None
 
     flags = flags_for(arch, python_extension, device_only)

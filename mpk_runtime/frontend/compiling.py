@@ -10,7 +10,6 @@ cubin), which checks that the task bodies compile for the arch at a fraction of 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ import torch
 from ..build import artifacts, replay
 from ..build.cache import BuildResult, build_module
 from ..codegen import dispatcher
-from ..errors import BuildError
 from ..graph import CompiledGraph, TaskGraph
 from ..run.launcher import Module
 from ..run.start import RunInputs, Runner, start_runner
@@ -67,13 +65,8 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     if output_dir is not None:  # before the build: a source nvcc refuses is there to read and edit
         overrides = {name: k.meta_tensors[name] for name in p.meta_tensors}
         written = artifacts.write(output_dir, p.mpi_rank, source, graph, signature, overrides)
-    try:
-        build_result = build(source, k.arch, on_gpu)
-    except BuildError as e:  # a replayed source's lines are the user's file's: name it, not the cache's copy
-        if k.replayed is None:
-            raise
-        mine = k.replayed.directory / f"test_rank{k.replayed.signature.rank}.cu"
-        raise BuildError(re.sub(r"\S*/failed/[^/\s(:]+\.cu", lambda _: str(mine), str(e))) from None
+    replayed = k.replayed.directory / f"test_rank{k.replayed.signature.rank}.cu" if k.replayed is not None else None
+    build_result = build(source, k.arch, on_gpu, replayed)  # a build error names the user's file of a replay
     module = Module(build_result.path) if on_gpu else None  # a cubin: nothing to load
     heap = comm.bind(k.graph, graph, p, k.backend, module, k.device)
     tensors = {name: t.data for name, t in k.graph.tensors.items()}
@@ -87,7 +80,8 @@ def compile_kernel(k: KernelState, output_dir: str | Path | None) -> Compiled:
     return Compiled(graph, build_result, runner, host_build, written)
 
 
-def build(source: str, arch: str, on_gpu: bool) -> BuildResult:
+def build(source: str, arch: str, on_gpu: bool, source_file: Path | None = None) -> BuildResult:
     """The nvcc build of ``source`` for a kernel that runs on the GPU (``on_gpu``: the shared library
-    its runner loads) or does not (the cubin): from the cache, or built once."""
-    return build_module(source, arch, dispatcher.module_name_of(source), device_only=not on_gpu)
+    its runner loads) or does not (the cubin): from the cache, or built once. ``source_file``: the
+    file the source was read from, for a build error to name (build_module)."""
+    return build_module(source, arch, dispatcher.module_name_of(source), device_only=not on_gpu, source_file=source_file)

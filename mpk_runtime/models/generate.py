@@ -160,9 +160,7 @@ class Qwen3Generator:
         from ..run.gpu import get_configurations_from_gpu, require_gpu
 
         kernel_params.check_names("Qwen3Generator", init_params, [*kernel_params.names(), *OWN_PARAMS])
-        derived = [k for k in init_params if k in DERIVED]
-        if derived:
-            k = derived[0]
+        for k in filter(DERIVED.__contains__, init_params):  # in the caller's order
             raise ConfigError(f"Qwen3Generator: {k}={init_params[k]!r} is the generator's own ({DERIVED[k]}); leave it out")
         require_config(config, "Qwen3Generator")
         off_gpu = init_params.get("emulate") or init_params.get("compile_only")
