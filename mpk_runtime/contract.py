@@ -70,3 +70,7 @@ CHECKED = {
     "MPK_PROF_PREPARE_END": PROF_PREPARE_END,
     "MPK_PROF_TASK_MARK": PROF_TASK_MARK,
 }
+
+# The longest watchdog_timeout a kernel takes, in seconds (frontend/params.py; the plugin's
+# --mpk-hang-timeout and the sanitizer's slowed-down child are held to it too).
+WATCHDOG_MAX_S = 3600

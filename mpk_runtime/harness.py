@@ -31,6 +31,7 @@ from typing import Any
 from .archs import ARCHS
 from .archs import NAMES as ARCH_NAMES
 from .contract import META_TENSORS as META_TENSOR_NAMES
+from .contract import WATCHDOG_MAX_S
 from .errors import near_hint, shown
 from .resources import CSRC
 
@@ -174,6 +175,7 @@ __all__ = [
     "shown",
     "signature_arch",
     "torch_dtype",
+    "WATCHDOG_MAX_S",
 ]
 
 

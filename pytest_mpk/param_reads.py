@@ -69,7 +69,7 @@ class ReadParams(dict):
 def copy_of(params: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """A copy of ``params`` (with ``extra``) for a scene method, which may change its own copy: one
     that shares the notes if ``params`` takes them, a plain dict otherwise. Copied without reading."""
-    data = {**dict(dict.items(params)), **extra}
+    data = dict(dict.items(params), **extra)
     return ReadParams(data, params.reads) if isinstance(params, ReadParams) else data
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from mpk_runtime.harness import WATCHDOG_MAX_S
+
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 CHILD = "MPK_SANITIZE_CHILD"  # set in the child: it runs the case itself
 ADDRESSES = "mpk_addresses.json"  # in the child's artifacts directory: name -> [address, bytes]
@@ -167,7 +169,7 @@ def child_command(tool_path: str, tool: str, repro: str, hang_timeout: float) ->
         "--mpk-no-warp-jitter",  # the tools see races and barriers directly; the sleeps only slow them
         "--mpk-keep-artifacts",
         "--mpk-hang-timeout",
-        str(min(hang_timeout * SLOWDOWN, 3600)),  # the watchdog's limit
+        str(min(hang_timeout * SLOWDOWN, WATCHDOG_MAX_S)),  # the watchdog's limit
         "-p",
         "no:cacheprovider",
         "-n",  # one process: the sanitizer watches its child, not xdist's workers (and "-p no:xdist"

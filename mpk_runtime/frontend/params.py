@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..archs import TARGET_CCS, TARGET_CCS_TEXT
-from ..contract import MAX_RANKS, MAX_SCHEDULERS
+from ..contract import MAX_RANKS, MAX_SCHEDULERS, WATCHDOG_MAX_S
 from ..errors import ConfigError, near_hint
 from ..graph.schedule import POLICIES
 from ..run import bootstrap
@@ -157,8 +157,8 @@ def parse(params: dict[str, Any]) -> KernelParams:
     if p["compile_only"] and p["emulate"]:
         raise ConfigError("compile_only=True builds without running and emulate=True runs on the CPU; choose one")
     t = p["watchdog_timeout"]
-    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= 3600:
-        raise ConfigError(f"watchdog_timeout={t!r} must be a number of seconds in (0, 3600]")
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 < t <= WATCHDOG_MAX_S:
+        raise ConfigError(f"watchdog_timeout={t!r} must be a number of seconds in (0, {WATCHDOG_MAX_S}]")
     ct = p["comm_timeout"]
     if not isinstance(ct, (int, float)) or isinstance(ct, bool) or not 0 < ct <= 86400:
         raise ConfigError(f"comm_timeout={ct!r} must be a number of seconds in (0, 86400]")
