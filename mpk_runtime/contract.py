@@ -7,7 +7,7 @@ and the loader compares them with this file, so the two sides can never drift si
 
 from __future__ import annotations
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 MAX_INPUTS = 7  # tensor slices per task descriptor
 MAX_OUTPUTS = 3
@@ -39,6 +39,7 @@ META_FIELDS: dict[str, str] = {
     "tokens": "tokens",
     "step": "step",
     "prompt_lengths": "prompt_lengths",
+    "stop_lengths": "stop_lengths",
     "input_tokens": "input_tokens",
     "output_tokens": "output_tokens",
     "num_new_tokens": "num_new_tokens",

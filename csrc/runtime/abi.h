@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 3
+#define MPK_ABI_VERSION 4
 #define MPK_MAX_INPUTS 7
 #define MPK_MAX_OUTPUTS 3
 #define MPK_NO_EVENT 0xffffffffu
@@ -41,11 +41,12 @@ typedef struct MpkTaskDesc {
   void *outputs[MPK_MAX_OUTPUTS];
 } MpkTaskDesc;
 
-// The ten meta tensors (see mpk_runtime/meta.py for shapes and dtypes).
+// The eleven meta tensors (see mpk_runtime/frontend/meta.py for shapes and dtypes).
 typedef struct MpkMeta {
   int64_t *tokens;          // [total_num_requests, max_seq_length]
   int32_t *step;            // [total_num_requests]
   int32_t *prompt_lengths;  // [total_num_requests]
+  int32_t *stop_lengths;    // [total_num_requests]
   int64_t *input_tokens;    // [max_num_batched_tokens]
   int64_t *output_tokens;   // [max_num_batched_tokens]
   int32_t *num_new_tokens;  // [1]

@@ -95,7 +95,7 @@ struct Planner {
       if (step >= m.prompt_lengths[req]) {
         int64_t const tok = m.output_tokens[m.qo_indptr[slot + 1] - 1];
         if (step < cfg.max_seq_length) m.tokens[static_cast<int64_t>(req) * cfg.max_seq_length + step] = tok;
-        if (tok == cfg.eos_token_id || step + 1 >= cfg.max_seq_length) finish(req);
+        if (tok == cfg.eos_token_id || step + 1 >= m.stop_lengths[req]) finish(req);  // stop_lengths <= max_seq_length
       }
     }
     batch_size = 0;

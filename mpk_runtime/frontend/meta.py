@@ -1,7 +1,7 @@
-"""The ten meta tensors: their shapes, dtypes and default contents, and validation of overrides.
+"""The eleven meta tensors: their shapes, dtypes and default contents, and validation of overrides.
 
-Shapes follow the kernel parameters (``R`` = total_num_requests, from ``tokens.shape[0]``, else
-``prompt_lengths.shape[0]``, else 1):
+Shapes follow the kernel parameters (``R`` = total_num_requests: the rows of ``tokens``, else of
+``prompt_lengths``, ``stop_lengths`` or ``step``, else 1):
 
 ================================  =============================  =====  ==========================
 name                              shape                          dtype  default contents
@@ -9,6 +9,7 @@ name                              shape                          dtype  default 
 tokens                            (R, max_seq_length)            int64  token ids 1..1000, repeating
 step                              (R,)                           int32  zeros (set at every launch)
 prompt_lengths                    (R,)                           int32  max_num_batched_tokens
+stop_lengths                      (R,)                           int32  max_seq_length (a full row)
 input_tokens                      (max_num_batched_tokens,)      int64  filled by prepare_next_batch
 output_tokens                     (max_num_batched_tokens,)      int64  zeros (written by sampling)
 num_new_tokens                    (1,)                           int32  filled by prepare_next_batch
@@ -17,6 +18,9 @@ paged_kv_indptr_buffer            (max_num_batched_requests+1,)  int32  filled b
 paged_kv_indices_buffer           (max_num_pages,)               int32  filled by prepare_next_batch
 paged_kv_last_page_len_buffer     (max_num_batched_requests,)    int32  filled by prepare_next_batch
 ================================  =============================  =====  ==========================
+
+A request finishes when it samples ``eos_token_id`` or once its row of ``tokens`` holds
+``stop_lengths`` tokens (its prompt and what it generated; every request generates at least one).
 
 The defaults are *useful*: one request whose prompt is exactly max_num_batched_tokens long, so the
 first iteration's active-token count equals the batch and every task does real work.
@@ -44,7 +48,7 @@ from .params import KernelParams
 
 
 def total_num_requests(overrides: dict[str, torch.Tensor]) -> int:
-    for name in ("tokens", "prompt_lengths", "step"):
+    for name in ("tokens", "prompt_lengths", "stop_lengths", "step"):
         t = overrides.get(name)
         if isinstance(t, torch.Tensor) and t.dim() >= 1:
             return int(t.shape[0])
@@ -57,6 +61,7 @@ def expected(p: KernelParams, requests: int) -> dict[str, tuple[tuple[int, ...],
         "tokens": ((requests, p.max_seq_length), i64),
         "step": ((requests,), i32),
         "prompt_lengths": ((requests,), i32),
+        "stop_lengths": ((requests,), i32),
         "input_tokens": ((p.max_num_batched_tokens,), i64),
         "output_tokens": ((p.max_num_batched_tokens,), i64),
         "num_new_tokens": ((1,), i32),
@@ -73,11 +78,13 @@ def default_tensor(name: str, shape: tuple[int, ...], dtype: torch.dtype, p: Ker
         return ids.reshape(shape).to(device)
     if name == "prompt_lengths":
         return torch.full(shape, p.max_num_batched_tokens, dtype=dtype, device=device)
+    if name == "stop_lengths":
+        return torch.full(shape, p.max_seq_length, dtype=dtype, device=device)
     return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
-    """The ten meta tensors for kernel parameters ``p``: the user's overrides, validated, and
+    """The eleven meta tensors for kernel parameters ``p``: the user's overrides, validated, and
     defaults for the rest. Raises MetaTensorError / ConfigError with the fix."""
     overrides = p.meta_tensors
     for name in overrides:
@@ -152,6 +159,7 @@ def _shape_rule(name: str) -> str:
         "tokens": "total_num_requests x max_seq_length",
         "step": "total_num_requests",
         "prompt_lengths": "total_num_requests",
+        "stop_lengths": "total_num_requests",
         "input_tokens": "max_num_batched_tokens",
         "output_tokens": "max_num_batched_tokens",
         "num_new_tokens": "one element",
@@ -190,6 +198,8 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
         i, v = bad[0]
         raise MetaTensorError(f"prompt_lengths[{i}] = {v} must be in [1, max_seq_length={p.max_seq_length}]: a prompt has tokens")
     given = p.meta_tensors
+    if "stop_lengths" in given:
+        _check_stop_lengths(p, meta["stop_lengths"].cpu().tolist(), lengths, steps)
     reasons: list[str] = []
     need: dict[str, int] = {}
     longest = max(lengths)
@@ -235,6 +245,20 @@ def _check_contents(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
     shorten = " or shorten the prompt" if "prompt_lengths" in given else ""
     error = MetaTensorError if "prompt_lengths" in given else ConfigError
     raise error(f"{'; '.join(reasons)}. Set {', '.join(fixes)}{shorten}")
+
+
+def _check_stop_lengths(p: KernelParams, stops: list[int], lengths: list[int], steps: list[int]) -> None:
+    # A request samples at least one token after its prompt (and its history) before the planner
+    # can stop it, so a stop at or below those would be a length the row never has.
+    for i, (stop, length, step) in enumerate(zip(stops, lengths, steps)):
+        low = max(length, step) + 1
+        if not low <= stop <= p.max_seq_length:
+            why = f"its prompt of {length} tokens" if length >= step else f"its {step} tokens of history"
+            raise MetaTensorError(
+                f"stop_lengths[{i}] = {stop} must be in [{low}, max_seq_length={p.max_seq_length}]: request {i} finishes "
+                f"once its row holds that many tokens, {why} and at least one generated; "
+                + ("raise max_seq_length" if low > p.max_seq_length else "pass a value in that range")
+            )
 
 
 def _check_page_order(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:

@@ -2,8 +2,10 @@
 
 The kernel runs in offline mode: one launch prefills every prompt (in chunks of at most
 max_num_batched_tokens tokens per iteration), then decodes one token per request and iteration,
-feeding each sampled token back, until every request's row of max_seq_length tokens is full (or it
-sampled ``eos_token_id``). All requests run at once: each gets the KV pages of a full row.
+feeding each sampled token back, until each request has ``max_new_tokens`` new tokens (or sampled
+``eos_token_id``): the ``stop_lengths`` meta tensor ends each row at its prompt + max_new_tokens, so a
+short prompt stops as early as a long one. All requests run at once, each with the KV pages of its
+own prompt and new tokens.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def generation_params(
     max_batch_tokens: int | None = None,
     vocab_size: int | None = None,
 ) -> dict[str, Any]:
-    """PersistentKernel init parameters (offline mode) that decode ``prompts`` together, each until
-    its row of max(prompt lengths) + max_new_tokens tokens is full, with the meta tensors on ``device``.
+    """PersistentKernel init parameters (offline mode) that decode ``prompts`` together, each until it
+    has ``max_new_tokens`` new tokens (or sampled eos_token_id), with the meta tensors on ``device``.
 
     ``prompts``: a list of prompts, each a list (or a 1-D integer tensor) of token ids, or a 2-D
     integer tensor with a prompt a row. Token ids are integers in [0, ``vocab_size``) (without one,
@@ -65,16 +67,18 @@ def generation_params(
     tokens = torch.zeros(len(rows), seq, dtype=torch.int64)
     for r, p in enumerate(rows):
         tokens[r, : len(p)] = torch.tensor(p, dtype=torch.int64)
+    stops = [len(p) + max_new_tokens for p in rows]
     return {
         "test_mode": False,
         "max_num_batched_tokens": batch,
         "max_num_batched_requests": len(rows),
-        "max_num_pages": len(rows) * -(-seq // page_size),
+        "max_num_pages": sum(-(-stop // page_size) for stop in stops),  # every request runs from the start
         "page_size": page_size,
         "max_seq_length": seq,
         "meta_tensors": {
             "tokens": tokens.to(device),
             "prompt_lengths": torch.tensor([len(p) for p in rows], dtype=torch.int32, device=device),
+            "stop_lengths": torch.tensor(stops, dtype=torch.int32, device=device),
         },
     }
 
@@ -139,7 +143,7 @@ DERIVED = {
 class Qwen3Generator:
     """A Qwen3 model (``config``, ``state_dict`` in Hugging Face names) compiled into one persistent
     kernel that decodes ``prompts`` greedily (as ``generation_params`` takes them: lists of token ids,
-    or a 2-D integer tensor), at least ``max_new_tokens`` tokens each. ``init_params``
+    or a 2-D integer tensor), ``max_new_tokens`` tokens each (fewer after an end-of-sequence token). ``init_params``
     go to PersistentKernel (``target_cc``, ``emulate=True``, ``num_workers``, ...; on a GPU the
     workers and schedulers default to ``get_configurations_from_gpu``)."""
 
@@ -175,12 +179,13 @@ class Qwen3Generator:
             cache_needs(config, gen["max_num_pages"], page_size, gen["max_seq_length"]),
             device,
             "Qwen3Generator",
-            f"ask for fewer new tokens than max_new_tokens={max_new_tokens} (each prompt's cache holds the longest "
-            f"prompt's {gen['max_seq_length'] - max_new_tokens} + max_new_tokens tokens)",
+            f"ask for fewer new tokens than max_new_tokens={max_new_tokens}, or pass fewer or shorter prompts (each "
+            f"prompt's cache holds its own tokens + max_new_tokens)",
         )
         params.update(gen)
         params.update(init_params)
         self.prompt_lengths: list[int] = gen["meta_tensors"]["prompt_lengths"].tolist()
+        self.max_new_tokens = max_new_tokens
         self.pk = PersistentKernel(**params)
         self.graph: Qwen3Graph = build_qwen3(self.pk, config, state_dict, grids)
         self.seconds = 0.0  # wall time of the last generate()
@@ -194,7 +199,8 @@ class Qwen3Generator:
         self.pk.observe_iterations(callback)
 
     def generate(self) -> list[list[int]]:
-        """One launch: every request's generated tokens (up to and including an end-of-sequence token)."""
+        """One launch: every request's max_new_tokens generated tokens (up to and including an
+        end-of-sequence token, if it samples one)."""
         start = time.perf_counter()
         self.pk()
         self.pk.synchronize()
@@ -203,7 +209,7 @@ class Qwen3Generator:
         eos = self.pk.params.eos_token_id
         out = []
         for r, n in enumerate(self.prompt_lengths):
-            gen = rows[r, n:].tolist()
+            gen = rows[r, n : n + self.max_new_tokens].tolist()
             if eos in gen:
                 gen = gen[: gen.index(eos) + 1]
             out.append(gen)

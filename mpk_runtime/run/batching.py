@@ -11,8 +11,9 @@ a ``paged_kv_indices_buffer``, which then gives the order pages are handed out i
 At every END_OF_TASK_GRAPH event (and once before the first iteration):
 1. finalize the iteration that just ran: advance ``step`` of every batched request by its tokens;
    a request whose prompt is complete gets its sampled token (the last ``output_tokens`` entry of
-   its chunk) appended to ``tokens``; it finishes on ``eos_token_id`` or a full row, and its pages
-   return to the page queue. In test mode the second call stops here and returns False.
+   its chunk) appended to ``tokens``; it finishes on ``eos_token_id`` or once its row holds
+   ``stop_lengths`` tokens (default: a full row), and its pages return to the page queue. In test
+   mode the second call stops here and returns False.
 2. build the next batch: running requests first (a decode token, or the next prefill chunk), then
    new requests in order while slots, token budget and free pages allow; prefill chunks are capped
    by the remaining ``max_num_batched_tokens``. A request admitted with history (step > 0) starts
@@ -96,7 +97,7 @@ class BatchPlanner:
                 tok = int(m["output_tokens"][int(qo[slot + 1]) - 1])
                 if step < cfg.max_seq_length:
                     m["tokens"][req, step] = tok
-                if tok == cfg.eos_token_id or step + 1 >= cfg.max_seq_length:
+                if tok == cfg.eos_token_id or step + 1 >= int(m["stop_lengths"][req]):
                     self._finish(req)
         self.batch = []
         if cfg.test_mode and iteration > 0:

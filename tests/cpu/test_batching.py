@@ -18,7 +18,11 @@ from mpk_runtime.run.batching import BatchConfig, BatchPlanner, PagesExhausted, 
 
 
 def setup(
-    prompts: list[int] | None = None, steps: list[int] | None = None, page_order: list[int] | None = None, **overrides
+    prompts: list[int] | None = None,
+    steps: list[int] | None = None,
+    page_order: list[int] | None = None,
+    stops: list[int] | None = None,
+    **overrides,
 ) -> tuple[BatchConfig, dict[str, torch.Tensor]]:
     p = mpk.PersistentKernel.get_default_init_parameters()
     p.update(overrides)
@@ -29,6 +33,8 @@ def setup(
         p["meta_tensors"]["step"] = torch.tensor(steps, dtype=torch.int32)
     if page_order is not None:
         p["meta_tensors"]["paged_kv_indices_buffer"] = torch.tensor(page_order, dtype=torch.int32)
+    if stops is not None:
+        p["meta_tensors"]["stop_lengths"] = torch.tensor(stops, dtype=torch.int32)
     kp = params.parse(p)
     m = meta.build(kp, torch.device("cpu"))
     return meta.batch_config(kp, m), m
@@ -133,6 +139,29 @@ def test_finishing_on_a_full_row():
     assert run_iterations(cfg, m, body=lambda it: sample(m, next(sampled))) == 2  # prefill, one decode
     assert m["tokens"][0, 2:].tolist() == [40, 41]
     assert m["step"].tolist() == [3]
+
+
+def test_each_request_stops_at_its_own_length_while_the_others_go_on():
+    cfg, m = setup(
+        [2, 5, 3], stops=[4, 6, 12], max_num_batched_tokens=16, max_num_batched_requests=3, max_seq_length=12, max_num_pages=36
+    )
+    before = m["tokens"].clone()
+    finished_at: dict[int, int] = {}
+    planner = BatchPlanner(cfg, m)
+    iteration = 0
+    while planner.prepare_next_batch(iteration):
+        for r in range(3):
+            if r not in planner.running:
+                finished_at.setdefault(r, iteration)
+        sample(m, 50 + iteration)
+        iteration += 1
+    # Prefill at iteration 0 samples each first token; one more a decode iteration.
+    assert finished_at == {0: 2, 1: 1} and iteration == 9  # request 2 fills its row of 12
+    assert m["step"].tolist() == [3, 5, 11]
+    assert m["tokens"][0, 2:4].tolist() == [50, 51] and torch.equal(m["tokens"][0, 4:], before[0, 4:])  # 4 tokens
+    assert m["tokens"][1, 5].tolist() == 50 and torch.equal(m["tokens"][1, 6:], before[1, 6:])
+    assert m["tokens"][2, 3:].tolist() == list(range(50, 59))
+    assert sorted(planner.page_queue) == list(range(36))
 
 
 @pytest.mark.parametrize(("prompt", "seq", "budget"), [(1, 1, 1), (4, 8, 4), (4, 8, 1), (7, 8, 2), (8, 8, 3), (3, 12, 8)])
@@ -334,7 +363,13 @@ def configs(draw):
     if overrides["test_mode"]:  # test mode's one pass must finish request 0's prompt
         prompts[0] = min(prompts[0], budget + (steps[0] if steps else 0))
     order = draw(st.permutations(range(overrides["max_num_pages"]))) if draw(st.booleans()) else None
-    return prompts, steps, order, overrides
+    stops = None
+    if draw(st.booleans()):  # a row length per request, at least one token past its prompt and history
+        starts = [max(p, s) for p, s in zip(prompts, steps or [0] * requests)]
+        stops = [draw(st.integers(start + 1, seq)) if start < seq else seq for start in starts]
+        if any(start >= seq for start in starts):
+            stops = None
+    return prompts, steps, order, stops, overrides
 
 
 def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlanner) -> None:
@@ -364,9 +399,9 @@ def check_batch(cfg: BatchConfig, m: dict[str, torch.Tensor], planner: BatchPlan
 
 @given(config=configs(), rng=st.randoms(use_true_random=False))
 def test_batch_invariants_hold_after_every_prepare(config, rng):
-    prompts, steps, order, overrides = config
+    prompts, steps, order, stops, overrides = config
     try:
-        cfg, m = setup(prompts, steps, order, **overrides)
+        cfg, m = setup(prompts, steps, order, stops, **overrides)
     except (ConfigError, MetaTensorError):  # a history whose first batch needs more pages than exist: refused up front
         assert steps is not None
         return
@@ -388,4 +423,7 @@ def test_batch_invariants_hold_after_every_prepare(config, rng):
     else:
         assert planner.next_request == len(prompts) and planner.running == []  # every request was served
         assert all(int(s) >= max(p, s0 + 1) for s, p, s0 in zip(m["step"], prompts, cfg.steps_at_launch))
+        if stops is not None and overrides["eos_token_id"] == -1:  # each row ended at its own length
+            ends = [max(stop, p + 1, s0 + 2) for stop, p, s0 in zip(stops, prompts, cfg.steps_at_launch)]
+            assert [int(s) + 1 for s in m["step"]] == ends
         assert sorted(planner.page_queue) == list(range(cfg.max_num_pages))

@@ -1,4 +1,4 @@
-"""The ten meta tensors: default shapes, dtypes and contents, the request count, and the
+"""The eleven meta tensors: default shapes, dtypes and contents, the request count, and the
 validation of user overrides (every MetaTensorError / ConfigError names the rule and the fix)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def expected_shapes(requests: int, t: int = 6, r: int = 3, pages: int = 7, seq: 
         "tokens": ((requests, seq), I64),
         "step": ((requests,), I32),
         "prompt_lengths": ((requests,), I32),
+        "stop_lengths": ((requests,), I32),
         "input_tokens": ((t,), I64),
         "output_tokens": ((t,), I64),
         "num_new_tokens": ((1,), I32),
@@ -39,9 +40,9 @@ def expected_shapes(requests: int, t: int = 6, r: int = 3, pages: int = 7, seq: 
     }
 
 
-def test_ten_meta_tensors_with_their_shapes_and_dtypes():
+def test_eleven_meta_tensors_with_their_shapes_and_dtypes():
     m = build(**SIZES)
-    assert list(m) == list(meta.NAMES) and len(m) == 10
+    assert list(m) == list(meta.NAMES) and len(m) == 11
     got = {name: (tuple(t.shape), t.dtype) for name, t in m.items()}
     assert got == expected_shapes(requests=1)
     assert all(t.is_contiguous() and t.device == CPU for t in m.values())
@@ -55,7 +56,8 @@ def test_default_contents_are_useful():
     assert tokens[999:1002].tolist() == [1000, 1, 2]  # ids 1..1000, repeating
     assert int(tokens.min()) == 1 and int(tokens.max()) == 1000
     assert m["prompt_lengths"].tolist() == [SIZES["max_num_batched_tokens"]]
-    for name in meta.NAMES[3:]:
+    assert m["stop_lengths"].tolist() == [SIZES["max_seq_length"]]  # a full row
+    for name in meta.NAMES[4:]:
         assert not m[name].any(), name  # filled by prepare_next_batch (or sampling)
     assert m["step"].tolist() == [0]
 
@@ -68,9 +70,13 @@ def test_defaults_of_the_default_parameters():
     assert m["tokens"].tolist() == [[1]] and m["prompt_lengths"].tolist() == [1]
 
 
-@pytest.mark.parametrize("source", ["tokens", "prompt_lengths"])
+@pytest.mark.parametrize("source", ["tokens", "prompt_lengths", "stop_lengths"])
 def test_total_num_requests_comes_from_tokens_or_prompt_lengths(source):
-    given = {"tokens": torch.ones(4, 1500, dtype=I64), "prompt_lengths": torch.full((4,), 2, dtype=I32)}[source]
+    given = {
+        "tokens": torch.ones(4, 1500, dtype=I64),
+        "prompt_lengths": torch.full((4,), 2, dtype=I32),
+        "stop_lengths": torch.full((4,), 1500, dtype=I32),
+    }[source]
     m = build(**SIZES, meta_tensors={source: given})
     assert m[source] is given  # overrides are used as they are, not copied
     assert {n: (tuple(t.shape), t.dtype) for n, t in m.items()} == expected_shapes(requests=4)
@@ -167,6 +173,41 @@ def test_prompt_longer_than_max_seq_length():
         r"Set params\['max_seq_length'\] >= 1501 or shorten the prompt",
     ):
         build(**SIZES, meta_tensors={"prompt_lengths": lengths})
+
+
+@pytest.mark.parametrize(
+    ("stops", "steps", "low", "why"),
+    [
+        ([9, 5], [0, 0], 6, "its prompt of 5 tokens and at least one generated; pass a value in that range"),
+        ([9, 1501], [0, 0], 6, "its prompt of 5 tokens and at least one generated; pass a value in that range"),
+        ([9, 7], [0, 7], 8, "its 7 tokens of history and at least one generated"),
+    ],
+)
+def test_stop_lengths_outside_the_row(stops, steps, low, why):
+    """A request samples a token after its prompt before it can stop, and its row has max_seq_length slots."""
+    given = {
+        "prompt_lengths": torch.tensor([4, 5], dtype=I32),
+        "stop_lengths": torch.tensor(stops, dtype=I32),
+        "step": torch.tensor(steps, dtype=I32),
+    }
+    message = (
+        f"stop_lengths[1] = {stops[1]} must be in [{low}, max_seq_length=1500]: request 1 finishes once its row holds "
+        f"that many tokens, {why}"
+    )
+    with pytest.raises(MetaTensorError, match=re.escape(message)):
+        build(**SIZES, meta_tensors=given)
+
+
+def test_a_stop_past_a_full_prompt_says_to_raise_max_seq_length():
+    given = {"prompt_lengths": torch.tensor([1500], dtype=I32), "stop_lengths": torch.tensor([1500], dtype=I32)}
+    message = r"stop_lengths\[0\] = 1500 must be in \[1501, max_seq_length=1500\]: .*; raise max_seq_length"
+    with pytest.raises(MetaTensorError, match=message):
+        build(**SIZES, meta_tensors=given)
+
+
+def test_stop_lengths_from_one_past_the_prompt_to_a_full_row_are_accepted():
+    given = {"prompt_lengths": torch.tensor([4, 5], dtype=I32), "stop_lengths": torch.tensor([5, 1500], dtype=I32)}
+    assert build(**SIZES, meta_tensors=given)["stop_lengths"].tolist() == [5, 1500]
 
 
 def test_prompt_as_long_as_the_row_is_accepted():

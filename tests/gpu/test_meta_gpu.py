@@ -68,10 +68,15 @@ def test_multi_request_batches(make_pk, prompts, budget, slots):
     assert qo[0] == 0 and qo[1] == min(prompts[0], budget)
 
 
-def test_offline_mode_runs_until_every_request_is_done(make_pk):
-    """Production offline mode: prefill, then one decode token per iteration until the rows are full
-    (no sampling task here, so output_tokens stay 0 and eos_token_id=-1 never appears)."""
+@pytest.mark.parametrize(("stops", "steps"), [(None, [9, 9]), ([4, 8], [3, 7])], ids=["full rows", "stop_lengths"])
+def test_offline_mode_runs_until_every_request_is_done(make_pk, stops, steps):
+    """Production offline mode: prefill, then one decode token per iteration until the rows are full,
+    or hold stop_lengths tokens (no sampling task here, so output_tokens stay 0 and eos_token_id=-1
+    never appears)."""
     prompts = [3, 5]
+    meta = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")}
+    if stops:
+        meta["stop_lengths"] = torch.tensor(stops, dtype=torch.int32, device="cuda")
     pk = make_pk(
         test_mode=False,
         max_num_batched_tokens=8,
@@ -79,7 +84,7 @@ def test_offline_mode_runs_until_every_request_is_done(make_pk):
         max_seq_length=10,
         max_num_pages=6,
         page_size=4,
-        meta_tensors={"prompt_lengths": torch.tensor(prompts, dtype=torch.int32, device="cuda")},
+        meta_tensors=meta,
     )
     noop_graph(pk)
     expected, iterations = model_run(pk)
@@ -87,7 +92,7 @@ def test_offline_mode_runs_until_every_request_is_done(make_pk):
     pk.synchronize()
     assert iterations > 2
     assert_meta_equal(pk, expected)
-    assert pk.meta_tensors["step"].tolist() == [9, 9]
+    assert pk.meta_tensors["step"].tolist() == steps
 
 
 @pytest.mark.parametrize("test_mode", [True, False], ids=["test_mode", "offline"])

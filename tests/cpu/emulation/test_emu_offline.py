@@ -14,7 +14,7 @@ import mpk_runtime as mpk
 VOCAB = 64
 
 
-def generate(emulate, seed: int = 0) -> dict[str, torch.Tensor]:
+def generate(emulate, seed: int = 0, stops: list[int] | None = None) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     table = torch.randn(VOCAB, VOCAB, dtype=torch.bfloat16)  # row t: the "logits" after token t
     prompts = torch.tensor([3, 5, 2], dtype=torch.int32)
@@ -32,7 +32,8 @@ def generate(emulate, seed: int = 0) -> dict[str, torch.Tensor]:
         max_num_pages=10,
         max_seq_length=10,
         eos_token_id=7,
-        meta_tensors={"tokens": tokens, "prompt_lengths": prompts},
+        meta_tensors={"tokens": tokens, "prompt_lengths": prompts}
+        | ({"stop_lengths": torch.tensor(stops, dtype=torch.int32)} if stops else {}),
     )
     pk = mpk.PersistentKernel(**p)
     ids = pk.attach_input(pk.meta_tensors["input_tokens"], "input_tokens")
@@ -58,6 +59,18 @@ def test_generation_matches_the_slice_references(seed):
         assert torch.equal(bodies[name], references[name]), f"{name}: {bodies[name]} vs {references[name]}"
     steps = bodies["step"].tolist()
     assert all(s > p for s, p in zip(steps, [3, 5, 2])), f"every request generated tokens: {steps}"
+
+
+def test_requests_stop_at_their_own_lengths():
+    """The device's planner (checked against its model at every call) stops each request when its
+    row holds stop_lengths tokens; the rest of the row is left as it was."""
+    stops = [5, 6, 10]
+    full, got = generate(True, 0), generate(True, 0, stops)
+    assert full["step"].tolist() == [9, 9, 9]  # no eos_token_id sampled: each row ends full
+    assert got["step"].tolist() == [4, 5, 9]
+    for r, stop in enumerate(stops):
+        assert torch.equal(got["tokens"][r, :stop], full["tokens"][r, :stop]), f"request {r}"
+        assert not got["tokens"][r, stop:].any(), f"request {r} wrote past its stop length {stop}: {got['tokens'][r]}"
 
 
 @pytest.mark.parametrize("emulate", [True, "reference"], ids=["bodies", "slice references"])

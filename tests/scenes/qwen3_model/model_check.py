@@ -67,6 +67,7 @@ def check_generation(
     gen = Qwen3Generator(config, state_dict, prompts, max_new_tokens, **init_params)
     gen.compile()
     seen = observe(gen, [len(p) for p in prompts]) if gen.pk.backend == "emulated" else None
+    last = last_batch(gen)[0]  # whose logits row 0 holds when the launch ends
     device = gen.pk.device
     try:
         got = gen.generate()
@@ -75,9 +76,8 @@ def check_generation(
         gen.finalize()
     sd = {k: v.to(device) for k, v in state_dict.items()}
     report = Report(got, float("inf"), 0.0, 0)
-    last = min(range(len(prompts)), key=lambda r: len(prompts[r]))  # slot 0 of the last iteration's batch
     for r, prompt in enumerate(prompts):
-        assert len(got[r]) >= max_new_tokens, f"request {r} generated {len(got[r])} tokens, fewer than {max_new_tokens}"
+        assert len(got[r]) == max_new_tokens, f"request {r} generated {len(got[r])} tokens, not {max_new_tokens}"
         ref = Qwen3Reference(sd, config)
         logits = ref.forward(torch.tensor(prompt))[-1]
         want = []
@@ -94,7 +94,9 @@ def check_generation(
             if k + 1 < len(got[r]):
                 logits = ref.forward(torch.tensor([want[-1]]))[-1]
         assert got[r] == want, f"request {r}: tokens differ from the reference at step {_first_diff(got[r], want)}"
-        if seen is None and r == last:  # the shortest prompt decodes longest: its last step is the last iteration
+        if seen is not None and r == last:  # the last iteration's row 0 is what last_batch says
+            assert torch.equal(last_logits, seen.logits[(r, len(got[r]) - 1)].float().cpu()), "last_batch is wrong"
+        if seen is None and r == last:
             report.max_logit_err = _close(last_logits, logits, atol, f"request {r} last step")
             report.steps_compared += 1
     assert report.min_margin > report.max_logit_err, (
@@ -102,6 +104,21 @@ def check_generation(
         f"equal tokens would be luck; raise lm_head_peak"
     )
     return report
+
+
+def last_batch(gen: Qwen3Generator) -> list[int]:
+    """The requests of the launch's last iteration, in slot order: the Python model of
+    prepare_next_batch run on a copy of the generator's meta tensors (no token here is an eos, so
+    the tokens sampled do not change the batches)."""
+    from mpk_runtime.frontend import meta
+    from mpk_runtime.run.batching import BatchPlanner
+
+    m = {k: v.cpu().clone() for k, v in gen.pk.meta_tensors.items()}
+    planner = BatchPlanner(meta.batch_config(gen.pk.params, m), m)
+    batch: list[int] = []
+    while planner.prepare_next_batch(0):
+        batch = list(planner.batch)
+    return batch
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, atol: float, what: str) -> float:
