@@ -49,6 +49,10 @@ META_FIELDS: dict[str, str] = {
     "paged_kv_last_page_len": "paged_kv_last_page_len_buffer",
 }
 META_TENSORS: tuple[str, ...] = tuple(META_FIELDS.values())
+# What a launch starts from, read as given: the requests, their history and the free-page order.
+META_LAUNCH_INPUTS = ("tokens", "step", "prompt_lengths", "stop_lengths", "paged_kv_indices_buffer")
+# Filled by prepare_next_batch before the first iteration: values given are replaced.
+META_PLANNED = ("input_tokens", "num_new_tokens", "qo_indptr_buffer", "paged_kv_indptr_buffer", "paged_kv_last_page_len_buffer")
 
 # What the module must report for each constant (``mpk_abi_layout``'s "Constants" entry).
 CHECKED = {

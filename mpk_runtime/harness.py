@@ -10,6 +10,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     check_memory(...)          MemoryBudgetError unless tensors of these shapes fit (mpk_runtime.memory)
     torch_dtype(short)         the torch dtype of a name in a signature ("bf16" -> torch.bfloat16)
     META_TENSOR_NAMES          the meta tensors' names (a scene output of that name is that meta tensor)
+    META_LAUNCH_INPUTS         those a launch reads as given; META_PLANNED: those prepare_next_batch fills
     draw_swimlane(csv, png, t) the swimlane picture of a profile CSV
     mpi_job()                  (world size, rank, local rank) when started by mpirun, without starting MPI
     mpi_world()                the ranks' keyed message channel (MPI started), None outside an MPI job
@@ -30,8 +31,8 @@ from typing import Any
 
 from .archs import ARCHS
 from .archs import NAMES as ARCH_NAMES
+from .contract import META_LAUNCH_INPUTS, META_PLANNED, WATCHDOG_MAX_S
 from .contract import META_TENSORS as META_TENSOR_NAMES
-from .contract import WATCHDOG_MAX_S
 from .errors import near_hint, shown
 from .resources import CSRC
 
@@ -112,16 +113,8 @@ def first_batch_meta(init_params: dict[str, Any]) -> dict[str, Any]:
     PersistentKernel init parameters ``init_params`` (their ``meta_tensors`` too), computed on the CPU
     by the Python model of prepare_next_batch, which the device matches: the page table a request
     gets (so that a test can fill the KV cache of its history before the run), qo_indptr, ..."""
-    import torch
-
-    from .frontend import meta, params
-    from .run.batching import BatchPlanner
-
-    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
-    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
-    p = params.parse(init)
-    m = meta.build(p, torch.device("cpu"))
-    BatchPlanner(meta.batch_config(p, m), m).prepare_next_batch(0)
+    planner, m = _planner("first_batch_meta", init_params)
+    planner.prepare_next_batch(0)
     return m
 
 
@@ -129,20 +122,42 @@ def model_batches(init_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The meta tensors of every iteration one launch runs (a copy each), for init parameters
     ``init_params``, from the Python model of prepare_next_batch (test mode: one iteration; offline:
     until every request is done). The sampled tokens are whatever output_tokens holds (zeros)."""
-    import torch
+    planner, m = _planner("model_batches", init_params)  # checked now, not at the first next()
+    return _batches(planner, m)
 
-    from .frontend import meta, params
-    from .run.batching import BatchPlanner
 
-    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
-    init["meta_tensors"] = {k: v.detach().cpu().clone() for k, v in init_params.get("meta_tensors", {}).items()}
-    p = params.parse(init)
-    m = meta.build(p, torch.device("cpu"))
-    planner = BatchPlanner(meta.batch_config(p, m), m)
+def _batches(planner: Any, m: dict[str, Any]) -> Iterator[dict[str, Any]]:
     iteration = 0
     while planner.prepare_next_batch(iteration):
         yield {k: v.clone() for k, v in m.items()}
         iteration += 1
+
+
+def _planner(what: str, init_params: Any) -> tuple[Any, dict[str, Any]]:
+    """The batching model on CPU copies of the meta tensors of ``init_params``, checked as
+    PersistentKernel checks them (ConfigError / MetaTensorError naming the value and the fix)."""
+    import torch
+
+    from .errors import ConfigError, MetaTensorError
+    from .frontend import meta, params
+    from .run.batching import BatchPlanner
+
+    if not isinstance(init_params, dict):
+        raise ConfigError(f"{what}: {shown(init_params)} is no dict of PersistentKernel init parameters")
+    params.check_names(what, init_params, [*params.names(), "test_mode"])
+    init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
+    given = init_params.get("meta_tensors", {})
+    if isinstance(given, dict):
+        for k, v in given.items():
+            if isinstance(v, torch.Tensor) and v.is_meta:
+                raise MetaTensorError(
+                    f"{what}: meta_tensors[{k!r}] is a tensor on the meta device, which holds no data; make it on the CPU"
+                )
+        given = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in given.items()}
+    init["meta_tensors"] = given  # what is no dict of tensors, meta.build refuses as PersistentKernel does
+    p = params.parse(init)
+    m = meta.build(p, torch.device("cpu"))
+    return BatchPlanner(meta.batch_config(p, m), m), m
 
 
 def build_for(pk: Any, on_gpu: bool) -> Any:
@@ -162,6 +177,8 @@ __all__ = [
     "model_batches",
     "ARCH_NAMES",
     "CSRC",
+    "META_LAUNCH_INPUTS",
+    "META_PLANNED",
     "META_TENSOR_NAMES",
     "PORTABLE_ARCHS",
     "draw_swimlane",

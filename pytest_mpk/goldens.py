@@ -103,7 +103,7 @@ def compare_outputs(
         return
     errors = []
     for name in outs:
-        rtol, atol = case.tolerance_for(name) if case else (None, None)
+        rtol, atol = case.tolerance_for(name, actual[name].dtype.is_floating_point) if case else (None, None)
         want = expected[name]
         try:
             compare.check_golden(golden_from, name, want.value if isinstance(want, Expected) else want, actual[name])

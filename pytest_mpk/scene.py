@@ -75,8 +75,9 @@ class Case:
 
     ``archs`` limits the archs it runs on: a tuple or list of arch names, ``archs=("sm90",)`` for one (a
     bare string is refused, not split or taken as one arch); ``rtol`` / ``atol`` override the dtype
-    defaults for every output and ``tolerances={"output": (rtol, atol)}`` for one (each key an output
-    of the scene); ``manual=True`` cases run only when picked with ``--mpk-case Class::name``;
+    defaults for every floating-point output (integer and bool outputs stay exact) and
+    ``tolerances={"output": (rtol, atol)}`` for one output of any dtype (each key an output of the
+    scene); ``manual=True`` cases run only when picked with ``--mpk-case Class::name``;
     ``raises="regex"``: the kernel must fail with a KernelError whose message matches (a task's error
     on invalid meta data, say)."""
 
@@ -139,8 +140,12 @@ class Case:
             check_tolerance(f"Case {name!r}, output {output!r}", *pair)
         self.rtol, self.atol, self.tolerances = rtol, atol, dict(tolerances or {})
 
-    def tolerance_for(self, output: str) -> tuple[float | None, float | None]:
-        return self.tolerances.get(output, (self.rtol, self.atol))
+    def tolerance_for(self, output: str, floating: bool = True) -> tuple[float | None, float | None]:
+        """The output's own tolerances, else the case's for a floating-point output: a case-wide rtol
+        meant for the float outputs would let an integer output (routing counts, token ids) be off."""
+        if output in self.tolerances:
+            return self.tolerances[output]
+        return (self.rtol, self.atol) if floating else (None, None)
 
     def check_outputs(self, scene: str, outputs: list[str]) -> None:
         """SceneError unless every key of ``tolerances`` is one of the ``outputs`` of ``scene``: a
@@ -165,16 +170,17 @@ class PerRank:
 
 
 def first_batch_meta(kernel_params: dict[str, Any]) -> Any:
-    """The meta tensors of the first iteration (CPU tensors, by attribute: ``m.qo_indptr_buffer``, as
-    ``args.meta`` in ``compute_golden``) for the init parameters a scene's ``kernel_params`` returns:
-    computed before the run by the model of prepare_next_batch, which the device follows. With them
+    """The meta tensors of the first iteration (CPU tensors, by attribute: ``m.qo_indptr_buffer``) for
+    the init parameters a scene's ``kernel_params`` returns: computed before the run by the model of
+    prepare_next_batch, which the device follows. (``args.meta`` in ``compute_golden`` holds them after
+    the run: the same batch, with ``step`` advanced and the sampled token appended to ``tokens``.) With them
     ``generate_args`` can fill the KV cache pages of requests whose history already exists
     (``meta_tensors={"step": ...}``) at the slots the runtime will assign."""
     import types
 
     from mpk_runtime.harness import first_batch_meta as model
 
-    return types.SimpleNamespace(**model({"test_mode": True, **kernel_params}))
+    return types.SimpleNamespace(**model(_in_test_mode(kernel_params)))
 
 
 def active_tokens(rows: int, active: int) -> dict[str, Any]:
@@ -206,7 +212,12 @@ def model_batches(kernel_params: dict[str, Any]) -> Any:
 
     from mpk_runtime.harness import model_batches as model
 
-    return (types.SimpleNamespace(**m) for m in model({"test_mode": True, **kernel_params}))
+    return (types.SimpleNamespace(**m) for m in model(_in_test_mode(kernel_params)))
+
+
+def _in_test_mode(kernel_params: Any) -> Any:
+    """Scenes run in test mode; what is no dict the runtime refuses with its own message."""
+    return {"test_mode": True, **kernel_params} if isinstance(kernel_params, dict) else kernel_params
 
 
 def check_bool(where: str, label: str, value: Any) -> None:

@@ -269,7 +269,8 @@ def _check_page_order(p: KernelParams, meta: dict[str, torch.Tensor]) -> None:
         raise MetaTensorError(
             f"meta tensor 'paged_kv_indices_buffer' sets the order in which free KV pages are handed out, so it must hold "
             f"every page 0..{p.max_num_pages - 1} once (a permutation, e.g. torch.randperm({p.max_num_pages}, "
-            f"dtype=torch.int32)); got {order.tolist()[:8]}{' ...' if order.numel() > 8 else ''}"
+            f"dtype=torch.int32, generator=torch.Generator().manual_seed(0))); got {order.tolist()[:8]}"
+            f"{' ...' if order.numel() > 8 else ''}"
         )
 
 

@@ -126,7 +126,8 @@ def test_tolerances_per_case_and_per_output(pytester: pytest.Pytester, scenes) -
 
 def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes) -> None:
     """A golden one off in one row of values near 1000 fails: the 1.6% a bfloat16 output may be off
-    by is no excuse for an integer."""
+    by is no excuse for an integer, nor is a case-wide rtol meant for the float outputs. Only a
+    tolerance given for that output loosens it."""
     pytester.makepyfile(
         test_scene="""
         from pytest_mpk import Case, scene_test
@@ -134,7 +135,12 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
 
         @scene_test(layer="probe")
         class TestProbe(ProbeScene):
-            CASES = [Case("exact", batch=2, off=0), Case("off_by_one", batch=2, off=1)]
+            CASES = [
+                Case("exact", batch=2, off=0),
+                Case("off_by_one", batch=2, off=1),
+                Case("case_rtol", batch=2, off=1, rtol=0.2),
+                Case("own_tolerance", batch=2, off=1, tolerances={"y": (0.0, 1.0)}),
+            ]
 
             def compute_golden(self, args, params):
                 expected = super().compute_golden(args, params)
@@ -143,11 +149,13 @@ def test_integer_outputs_are_compared_exactly(pytester: pytest.Pytester, scenes)
     """
     )
     result = pytester.runpytest_inprocess("-v")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(
         [
             "test_scene.py::TestProbe::exact[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             "test_scene.py::TestProbe::off_by_one[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "test_scene.py::TestProbe::case_rtol[[]sm90[]] FAILED [[]emulated (CUDA bodies on the CPU)[]]*",
+            "test_scene.py::TestProbe::own_tolerance[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*",
             "output 'y' (int32, shape (2, 4)) differs from the golden (rtol=0, atol=0): 4 of 8 elements (50%)",
             "    (1, *): * vs *, 1",
         ]

@@ -50,3 +50,77 @@ def test_a_bad_written_mask_names_the_output(pytester: pytest.Pytester, scenes) 
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*Expected(written=...) has shape (3,); it must be the output's shape (8, 256) or a prefix*"])
+
+
+# A scene that keeps its history tensor for every case: the run advances the kernel's step.
+KEPT_OVERRIDE = """
+import torch
+from pytest_mpk import Case, Expected, scene_test
+from scenes import NormScene, rmsnorm
+
+STEP = torch.tensor([4], dtype=torch.int32)  # 4 of the prompt's 10 tokens cached: 6 new ones
+
+@scene_test(layer="rmsnorm")
+class TestKeptStep(NormScene):
+    CASES = [Case("first", batch=8, hidden=256), Case("second", batch=8, hidden=256)]
+
+    def kernel_params(self, params):
+        return {"max_num_batched_tokens": 8, "max_seq_length": 16, "max_num_pages": 16,
+                "meta_tensors": {"prompt_lengths": torch.tensor([10], dtype=torch.int32), "step": STEP}}
+
+    def compute_golden(self, args, params):
+        assert STEP.tolist() == [4], STEP
+        active = int(args.meta.num_new_tokens[0])
+        assert active == 6, active
+        return Expected(rmsnorm(args.input, args.weight), written=torch.arange(params["batch"]) < active)
+"""
+
+
+def test_a_meta_tensor_the_scene_keeps_is_not_changed_by_the_run(pytester: pytest.Pytester, scenes) -> None:
+    """The kernel gets a copy of each override: its run advances step and appends to tokens, which had
+    changed the scene's own tensor, so that the next case ran one decode token instead of six."""
+    pytester.makepyfile(test_scene=KEPT_OVERRIDE)
+    pytester.runpytest_inprocess().assert_outcomes(passed=2)
+
+
+def test_kernel_params_must_return_the_same_every_time(pytester: pytest.Pytester, scenes) -> None:
+    """An unseeded page order differs between the harness's call and first_batch_meta's: the history
+    written at the predicted pages would not be where the kernel reads it."""
+    scene = KEPT_OVERRIDE.replace(
+        '"step": STEP}}',
+        '"step": STEP, "paged_kv_indices_buffer": torch.randperm(16, dtype=torch.int32)}}',
+    )
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*TestKeptStep.kernel_params returned [[]*] (torch.int32, shape (16,)) for [[]'meta_tensors'[]][[]"
+            "'paged_kv_indices_buffer'[]] once and [[]*] (torch.int32, shape (16,)) the next time, for the same params; "
+            "*draw random values from a seeded generator*"
+        ]
+    )
+
+
+def test_a_meta_device_override_is_a_scene_error(pytester: pytest.Pytester, scenes) -> None:
+    scene = KEPT_OVERRIDE.replace('"step": STEP}}', '"step": torch.zeros(1, dtype=torch.int32, device="meta")}}')
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*TestKeptStep.kernel_params: meta_tensors[[]'step'[]] is a tensor on the meta device, which holds no data*"]
+    )
+
+
+def test_requests_the_one_iteration_had_no_room_for_are_noted(pytester: pytest.Pytester, scenes) -> None:
+    """Two prompts of 3 tokens, one slot: the second never runs, and the report says so."""
+    scene = ACTIVE_ROWS.format(limit="active").replace("torch.tensor([3], dtype", "torch.tensor([3, 3], dtype")
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess("-rA")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test mode ran 1 of 2 requests in its one iteration; request(s) [[]1[]] did not fit "
+            "(max_num_batched_requests=1, max_num_batched_tokens=8, max_num_pages=8) and were not run*"
+        ]
+    )

@@ -58,3 +58,47 @@ def test_only_a_meta_tensor_can_be_a_meta_output(pytester: pytest.Pytester) -> N
         "but ['sampled'] is not one;"
     )
     result.stdout.fnmatch_lines([f"*{glob.escape(message)}*"])
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            '"output_tokens": Out(torch.empty(2, dtype=torch.int64), meta=True)',
+            '"output_tokens": Out(torch.empty(2, dtype=torch.int64)), "step": Out(torch.zeros(1, dtype=torch.int32), meta=True)',
+            "Out('step', meta=True): the launch reads 'step' as given (the requests, their history, the free-page order), "
+            "and an Out starts as poison; pass InOut(..., meta=True) with its values",
+        ),
+        (
+            '"output_tokens": Out(torch.empty(2, dtype=torch.int64), meta=True)',
+            '"output_tokens": Out(torch.empty(2, dtype=torch.int64)), '
+            '"qo_indptr_buffer": InOut(torch.tensor([0, 4], dtype=torch.int32), meta=True)',
+            "InOut('qo_indptr_buffer', meta=True): prepare_next_batch fills 'qo_indptr_buffer' before any task runs, so "
+            "the values given would be replaced unseen; pass Out(..., meta=True)",
+        ),
+    ],
+    ids=["out_of_a_launch_input", "inout_of_a_planned_buffer"],
+)
+def test_a_meta_output_must_be_one_the_run_can_take_so(pytester: pytest.Pytester, old, new, message) -> None:
+    """An Out(meta=True) of step (or tokens, the page order, ...) had started the launch from poison,
+    and the runtime's error quoted -2147483648; an InOut of a planned buffer was replaced unseen."""
+    scene = SCENE.replace(old, new).replace("import Case, Out,", "import Case, InOut, Out,")
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*SceneError: TestSample.generate_args: {glob.escape(message)}*"])
+
+
+def test_kernel_params_may_not_override_a_planned_buffer(pytester: pytest.Pytester) -> None:
+    scene = SCENE.replace(
+        '"max_seq_length": 3}',
+        '"max_seq_length": 3, "meta_tensors": {"num_new_tokens": torch.tensor([1], dtype=torch.int32)}}',
+    )
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    message = (
+        "TestSample.kernel_params: meta_tensors['num_new_tokens'] is filled by prepare_next_batch before the graph runs, "
+        "so the values given would be replaced unseen; leave it out (compute_golden reads what the run used in args.meta)"
+    )
+    result.stdout.fnmatch_lines([f"*{glob.escape(message)}*"])

@@ -183,12 +183,14 @@ def test_a_multi_rank_scene_cannot_pass_meta_outputs(pytester: pytest.Pytester, 
         class TestTwo(SumScene):
             def generate_args(self, params):
                 args = super().generate_args(params)
-                return {**args, "step": Out(torch.zeros(2, dtype=torch.int32), meta=True)}
+                return {**args, "output_tokens": Out(torch.zeros(2, dtype=torch.int64), meta=True)}
     """
     )
     result = pytester.runpytest_inprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*Out(..., meta=True) for *'step'*, which a scene on 2 ranks does not pass to the kernel*"])
+    result.stdout.fnmatch_lines(
+        ["*Out(..., meta=True) for *'output_tokens'*, which a scene on 2 ranks does not pass to the kernel*"]
+    )
 
 
 def test_scene_world_size_is_validated() -> None:
