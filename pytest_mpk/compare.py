@@ -66,9 +66,21 @@ def tolerance(dtype: torch.dtype, rtol: float | None = None, atol: float | None 
     return (d_rtol if rtol is None else rtol, d_atol if atol is None else atol)
 
 
+# A float output's poison: a quiet NaN whose payload arithmetic does not make (a GPU's arithmetic
+# gives the canonical NaN; 0/0 on a CPU the "default" one), so a report tells an element never
+# written (these bits, or copied from one) from a NaN the kernel computed.
+POISON_BITS = {
+    torch.bfloat16: (torch.int16, 0x7FD5),
+    torch.float16: (torch.int16, 0x7ED5),
+    torch.float32: (torch.int32, 0x7FD5D5D5),
+    torch.float64: (torch.int64, 0x7FFAD5D5D5D5D5D5),
+}
+
+
 def poison_value(dtype: torch.dtype) -> float | int | bool:
-    """What ``poison`` fills with: NaN, True, or the integer furthest from 0 (the minimum; for an
-    unsigned type the maximum, as its minimum, 0, is what kernels write all the time)."""
+    """What ``poison`` fills with: NaN (with the payload of POISON_BITS), True, or the integer
+    furthest from 0 (the minimum; for an unsigned type the maximum, as its minimum, 0, is what kernels
+    write all the time)."""
     if dtype.is_floating_point:
         return float("nan")
     if dtype == torch.bool:
@@ -79,23 +91,59 @@ def poison_value(dtype: torch.dtype) -> float | int | bool:
 
 def poison(t: torch.Tensor) -> torch.Tensor:
     """Fill an output with a value a kernel would not produce, so unwritten elements show."""
+    if t.dtype in POISON_BITS and t.is_contiguous():
+        view, value = POISON_BITS[t.dtype]
+        t.view(view).fill_(value)
+        return t
     return t.fill_(poison_value(t.dtype))
 
 
-def check(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float | None = None, atol: float | None = None) -> None:
+def holds_poison(t: torch.Tensor) -> torch.Tensor:
+    """Where a float output still has the poison's bits (never written, or copied from such an element)."""
+    if t.dtype not in POISON_BITS:
+        return torch.isnan(t)
+    view, value = POISON_BITS[t.dtype]
+    return t.contiguous().view(view) == value
+
+
+def scaled_atol(dtype: torch.dtype, expected: torch.Tensor) -> tuple[float, str]:
+    """The dtype's default atol, scaled down to the golden's largest |value| when that is below 1,
+    and why: the defaults are absolute errors of values around 1, so against outputs of 1e-3 (a softmax
+    over 32768 columns) bf16's 0.01 would let an all-zero output pass."""
+    atol = tolerance(dtype)[1]
+    finite = expected.detach().double().abs()[torch.isfinite(expected)]
+    peak = float(finite.max()) if finite.numel() else 1.0
+    if peak >= 1.0:
+        return atol, ""
+    return atol * peak, f"; atol: the default {atol:g} scaled to the golden's largest |value| {peak:.3g}"
+
+
+def check(
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    rtol: float | None = None,
+    atol: float | None = None,
+    owner: Callable[[tuple[int, ...]], str] | None = None,
+) -> None:
     """Raise MismatchError with a report unless ``actual`` matches ``expected`` within tolerance
-    (``torch.testing.assert_close`` semantics; NaN never matches)."""
+    (``torch.testing.assert_close`` semantics; NaN never matches). Without an ``atol`` of the case's, a
+    floating-point output's default is scaled to the golden (``scaled_atol``). ``owner(index)`` says
+    whose output slice holds an element, for the first one off."""
     check_tolerance(f"output {name!r}", rtol, atol)
     if not isinstance(expected, torch.Tensor):
         raise MismatchError(f"output {name!r}: the golden is a {type(expected).__name__}, not a tensor")
     actual, expected = actual.detach().cpu(), expected.detach().cpu()
     if actual.shape != expected.shape:
         raise MismatchError(f"output {name!r}: shape {tuple(actual.shape)}, but the golden has {tuple(expected.shape)}")
+    why = ""
+    if atol is None and actual.dtype.is_floating_point:
+        atol, why = scaled_atol(actual.dtype, expected)
     rtol, atol = tolerance(actual.dtype, rtol, atol)
     try:
         torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol, equal_nan=False)
     except AssertionError:
-        raise MismatchError(report(name, actual, expected, rtol, atol)) from None
+        raise MismatchError(report(name, actual, expected, rtol, atol, why, owner)) from None
     biased = rounding_bias(actual, expected)
     if biased is not None:
         raise MismatchError(f"output {name!r}: {biased}")
@@ -121,11 +169,20 @@ def rounding_bias(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
     return (
         f"within tolerance, but rounded {side}: of the {n} elements that differ from the golden rounded to nearest "
         f"{str(actual.dtype).replace('torch.', '')}, {share:.1%} lie {side} (a kernel that rounds to nearest differs by "
-        f"summation order alone, on either side); look for a conversion that truncates"
+        f"summation order alone, on either side); look for a conversion that truncates or rounds up, or a sum "
+        f"accumulated in 16 bits"
     )
 
 
-def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str:
+def report(
+    name: str,
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    rtol: float,
+    atol: float,
+    why: str = "",
+    owner: Callable[[tuple[int, ...]], str] | None = None,
+) -> str:
     a, e = actual.double(), expected.double()
     allowed = atol + rtol * e.abs()
     diff = (a - e).abs()
@@ -133,14 +190,19 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
     n, total = int(bad.sum()), a.numel()
     lines = [
         f"output {name!r} ({str(actual.dtype).replace('torch.', '')}, shape {tuple(actual.shape)}) differs "
-        f"from the golden (rtol={rtol:g}, atol={atol:g}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"
+        f"from the golden (rtol={rtol:g}, atol={atol:g}{why}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"
     ]
-    for label, mask in (("NaN", torch.isnan(a)), ("inf", torch.isinf(a))):
+    nan = torch.isnan(a)
+    unwritten = holds_poison(actual) & nan if actual.dtype.is_floating_point else torch.zeros_like(nan)
+    for label, mask, what in (
+        ("NaN", unwritten, " with the poison's bits (never written, or copied from an element never written)"),
+        ("NaN", nan & ~unwritten, " computed by the kernel (not the poison's bits: 0/0, inf - inf, or from a NaN input)"),
+        ("inf", torch.isinf(a), ""),
+    ):
         count = int(mask.sum())
         if count:
             where = ", ".join(str(tuple(i.tolist())) for i in mask.nonzero()[:5])
-            hint = " (outputs are poisoned with NaN before the run: likely never written)" if label == "NaN" else ""
-            lines.append(f"  {label} in the output: {count}, first at {where}{hint}")
+            lines.append(f"  {label} in the output: {count}{what}, first at {where}")
     if not actual.dtype.is_floating_point and actual.dtype != torch.bool:
         value = poison_value(actual.dtype)
         unwritten = int((actual == value).sum())
@@ -148,6 +210,9 @@ def report(name: str, actual: torch.Tensor, expected: torch.Tensor, rtol: float,
             lines.append(f"  {unwritten} elements still hold the poison value {value}: never written")
     score = torch.where(bad, torch.nan_to_num(diff - allowed, nan=float("inf")), torch.full_like(diff, -1.0))
     worst = torch.topk(score.flatten(), min(WORST, n)).indices if n else torch.tensor([], dtype=torch.long)
+    if n and owner is not None:
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        lines.append(f"  the first element off, {first}: {owner(first)}")
     if n:
         lines.append("  worst elements (index: actual vs expected, |diff|):")
     for flat in worst.tolist():
@@ -191,7 +256,14 @@ def check_expected(
         raise MismatchError(f"output {name!r}: the golden's Expected value is a {type(value).__name__}, not a tensor")
     fill = torch.zeros((), dtype=actual.dtype)
     try:
-        check(name, torch.where(mask, actual, fill), torch.where(mask, value.detach().cpu().to(actual.dtype), fill), rtol, atol)
+        check(
+            name,
+            torch.where(mask, actual, fill),
+            torch.where(mask, value.detach().cpu().to(actual.dtype), fill),
+            rtol,
+            atol,
+            owner,
+        )
     except MismatchError as e:
         problems.append(str(e))
     if problems:

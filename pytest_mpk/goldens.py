@@ -107,11 +107,11 @@ def compare_outputs(
         want = expected[name]
         try:
             compare.check_golden(golden_from, name, want.value if isinstance(want, Expected) else want, actual[name])
+            owner = guards.owner_of(graph, name) if graph is not None else None
             if isinstance(want, Expected):
-                owner = guards.owner_of(graph, name) if graph is not None else None
                 compare.check_expected(name, actual[name], want, before[name], rtol, atol, owner)
             else:
-                compare.check(name, actual[name], want, rtol, atol)
+                compare.check(name, actual[name], want, rtol, atol, owner)
         except compare.MismatchError as e:
             errors.append(str(e))
     if errors:

@@ -80,7 +80,7 @@ def test_report_counts_and_worst_elements_first() -> None:
     expected = torch.zeros(4, 8)
     actual = expected.clone()
     actual[0, 1], actual[2, 5], actual[3, 7] = 0.5, -3.0, 1.0
-    lines = report_of(actual, expected)
+    lines = report_of(actual, expected, atol=1e-6)
     assert lines == [
         "output 'out' (float32, shape (4, 8)) differs from the golden (rtol=1e-05, atol=1e-06): 3 of 32 elements (9.38%)",
         "  worst elements (index: actual vs expected, |diff|):",
@@ -109,7 +109,8 @@ def test_report_locates_nan_and_inf() -> None:
     lines = report_of(actual, expected)
     assert lines[0].endswith("3 of 12 elements (25%)")
     assert lines[1] == (
-        "  NaN in the output: 1, first at (1, 2) (outputs are poisoned with NaN before the run: likely never written)"
+        "  NaN in the output: 1 computed by the kernel (not the poison's bits: 0/0, inf - inf, or from a NaN input), "
+        "first at (1, 2)"
     )
     assert lines[2] == "  inf in the output: 2, first at (2, 0), (2, 3)"
     assert lines[4].startswith("    (1, 2): nan vs 1")  # NaN counts as the worst
@@ -123,7 +124,44 @@ def test_nan_in_the_golden_never_matches() -> None:
 
 def test_nan_positions_are_the_first_five() -> None:
     lines = report_of(poison(torch.empty(3, 3)), torch.zeros(3, 3))
-    assert lines[1].startswith("  NaN in the output: 9, first at (0, 0), (0, 1), (0, 2), (1, 0), (1, 1) (")
+    assert lines[1].startswith("  NaN in the output: 9 with the poison's bits (never written, or copied from an element")
+    assert lines[1].endswith("first at (0, 0), (0, 1), (0, 2), (1, 0), (1, 1)")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_the_poison_is_a_nan_arithmetic_does_not_make(dtype: torch.dtype) -> None:
+    """A NaN the kernel computed (0/0, or arithmetic on a NaN) is told apart from an element never written."""
+    t = poison(torch.empty(4, dtype=dtype))
+    assert torch.isnan(t).all() and compare.holds_poison(t).all()
+    computed = torch.zeros(1, dtype=dtype) / 0
+    assert torch.isnan(computed).all() and not compare.holds_poison(computed).any()
+
+
+def test_a_computed_nan_and_an_unwritten_element_are_reported_apart() -> None:
+    actual = poison(torch.empty(2, 3))
+    actual[0] = torch.tensor([1.0, math.nan, 1.0])
+    lines = report_of(actual, torch.ones(2, 3), owner=lambda i: f"task {i[0]} writes row {i[0]}")
+    assert lines[1] == (
+        "  NaN in the output: 3 with the poison's bits (never written, or copied from an element never written), "
+        "first at (1, 0), (1, 1), (1, 2)"
+    )
+    assert lines[2].startswith("  NaN in the output: 1 computed by the kernel") and lines[2].endswith("first at (0, 1)")
+    assert lines[3] == "  the first element off, (0, 1): task 0 writes row 0"
+
+
+def test_the_default_atol_follows_a_golden_of_small_values() -> None:
+    """bf16's default atol, 0.01, is larger than every value of a softmax over 32768 columns: an
+    all-zero output had passed. Scaled to the golden's largest |value|, it fails."""
+    expected = torch.softmax(torch.randn(2, 32768, generator=torch.Generator().manual_seed(0)), dim=-1)
+    lines = report_of(torch.zeros(2, 32768, dtype=torch.bfloat16), expected)
+    peak = float(expected.abs().max())
+    assert lines[0].startswith(
+        f"output 'out' (bfloat16, shape (2, 32768)) differs from the golden (rtol=0.016, atol={0.01 * peak:g}; atol: the "
+        f"default 0.01 scaled to the golden's largest |value| {peak:.3g}): "
+    )
+    check("out", expected.to(torch.bfloat16), expected)  # the output rounded to bf16 still passes
+    check("out", torch.zeros(2, 32768, dtype=torch.bfloat16), expected, atol=0.01)  # a tolerance given is kept
+    assert compare.scaled_atol(torch.bfloat16, torch.tensor([-3.0, 0.5])) == (0.01, "")  # values past 1: as it was
 
 
 def test_integers_are_exact_and_unwritten_ones_are_named() -> None:

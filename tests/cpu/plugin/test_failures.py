@@ -75,9 +75,11 @@ def test_every_failing_output_is_reported(pytester: pytest.Pytester, scenes) -> 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "output 'stats' (float32, shape (2, 4)) differs from the golden (rtol=1e-05, atol=1e-06): 8 of 8 elements (100%)",
-            "  NaN in the output: 8, first at (0, 0), (0, 1), (0, 2), (0, 3), (1, 0) (outputs are poisoned with NaN "
-            "before the run: likely never written)",
+            "output 'stats' (float32, shape (2, 4)) differs from the golden (rtol=1e-05, atol=0; atol: the default 1e-06 "
+            "scaled to the golden's largest |value| 0): 8 of 8 elements (100%)",
+            "  NaN in the output: 8 with the poison's bits (never written, or copied from an element never written), "
+            "first at (0, 0), (0, 1), (0, 2), (0, 3), (1, 0)",
+            "  the first element off, (0, 0): no task's output slice holds stats[[]0, 0[]]",
             "  worst elements (index: actual vs expected, |diff|):",
             "    (*): nan vs 0, nan",
             "output 'counts' (int32, shape (3,)) differs from the golden (rtol=0, atol=0): 3 of 3 elements (100%)",
