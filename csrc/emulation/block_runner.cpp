@@ -807,8 +807,12 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
     t.state = State::kRunnable;
     make_context(t.ctx, arena.stack(i), kStackBytes, &fiber_main, &t);
   }
-  // Shared memory is not cleared between blocks on the device: make stale reads visible (NaN).
-  memset(cfg.dynamic_smem, 0xff, cfg.dynamic_smem_bytes);
+  // Shared memory is not cleared between blocks on the device: make stale reads visible. One poison
+  // is not enough: NaN (0xff) vanishes in fmaxf / fminf and comparisons, so the tasks cycle through
+  // NaN, a huge positive (0x7f: 3.4e38 as fp32 / bf16) and a huge negative (0xfe: -1.7e38) value,
+  // which a max, a min or a sum cannot hide.
+  static constexpr unsigned char kPoison[3] = {0xff, 0x7f, 0xfe};
+  memset(cfg.dynamic_smem, kPoison[cfg.task_id % 3], cfg.dynamic_smem_bytes);
   tls_block = &b;
   if (cfg.race_check) race_begin(b);
   {

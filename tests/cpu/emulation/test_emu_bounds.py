@@ -117,8 +117,8 @@ def test_mma_that_half_a_warp_never_reaches(kernels):
 
 def test_cp_async_destination_read_before_the_wait(kernels, race_kernels):
     out = torch.arange(8 * N, dtype=torch.int32)
-    assert kernels.run("cp_async_early_read", out, dynamic_smem=16 * N).ok
-    assert (out[:N] == -1).all()  # what shared memory held: the copy lands only at the wait
+    assert kernels.run("cp_async_early_read", out, task_id=0, dynamic_smem=16 * N).ok
+    assert (out[:N] == -1).all()  # what shared memory held (task 0's poison, 0xff): the copy lands only at the wait
     report = detected(race_kernels, "cp_async_early_read", torch.arange(8 * N, dtype=torch.int32), dynamic_smem=16 * N)
     first = report.splitlines()[0]
     assert first.startswith(

@@ -5,6 +5,8 @@ PTX-based implementation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from emu_helpers import THREADS as N
@@ -41,9 +43,17 @@ def test_dynamic_shared_memory(kernels):
 
 
 def test_dynamic_shared_memory_starts_poisoned(kernels):
-    out = torch.zeros(N, dtype=torch.int32)
-    assert kernels.run("reads_unwritten", out).ok  # without race checking it just reads
-    assert (out == -1).all()  # 0xffffffff: NaN as a float, as stale contents would be garbage
+    """Without race checking, a read of shared memory nobody wrote sees the poison. NaN alone vanishes
+    in fmaxf and comparisons (a missing barrier before a max reduction had passed), so the tasks
+    cycle through NaN and a huge positive and negative value."""
+    seen = {}
+    for task_id in range(6):
+        out = torch.zeros(N, dtype=torch.int32)
+        assert kernels.run("reads_unwritten", out, task_id=task_id, dynamic_smem=4 * N).ok
+        assert (out == out[0]).all()
+        seen[task_id] = out[0].view(torch.float32).item()
+    assert [math.isnan(v) for v in seen.values()] == [True, False, False] * 2
+    assert seen[1] == seen[4] == pytest.approx(3.39e38, rel=1e-2) and seen[2] == seen[5] == pytest.approx(-1.69e38, rel=1e-2)
 
 
 def idx(lane, src, w):
