@@ -306,7 +306,9 @@ class _SceneItem(pytest.Item):
             if mpk.sanitizer is not None and setup.backend == devices.GPU:
                 from . import sanitize
 
-                sanitize.run(mpk.sanitizer, mpk.sanitize, setup.repro, mpk.hang_timeout, setup.artifacts, self.config.rootpath)
+                sanitize.run(
+                    mpk.sanitizer, mpk.sanitize, setup.repro, mpk.hang_timeout, setup.artifacts, self.config.invocation_params.dir
+                )
                 return
             run_case(
                 self.scene_class.cls(),

@@ -122,10 +122,18 @@ class MpkSession:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return max(1, cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
+    def node_from_here(self, item: pytest.Item) -> str:
+        """``item``'s node id with its file relative to where pytest was started, not to the rootdir
+        (which an option's value that names an existing directory can move)."""
+        root = os.path.relpath(item.path, self.config.rootpath)
+        if not item.nodeid.startswith(root):
+            return item.nodeid
+        return os.path.relpath(item.path, self.config.invocation_params.dir) + item.nodeid[len(root) :]
+
     def repro(self, item: pytest.Item) -> str:
         """One command line that reruns ``item`` with this session's mpk options."""
         arch = getattr(item, "arch", None)
-        parts = ["pytest", item.nodeid, "-p", "mpk"]
+        parts = ["pytest", self.node_from_here(item), "-p", "mpk"]
         if arch:
             parts += ["--arch", arch]
         parts += ["--mpk-backend", self.backend]

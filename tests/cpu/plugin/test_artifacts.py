@@ -151,3 +151,21 @@ def test_two_items_never_share_an_artifacts_directory() -> None:
     named = {_safe(f"{long}[{arch}]") for arch in ("sm80", "sm90")}
     assert len(named) == 2 and all(len(n) <= 150 for n in named)
     assert _safe("x.py::T::sweep[sm90] x=1") != _safe("x.py::T::sweep[sm90] x_1")
+
+
+def test_repro_line_names_the_file_from_where_pytest_ran(pytester: pytest.Pytester, scenes, monkeypatch) -> None:
+    """``--mpk-artifacts-dir DIR`` as two arguments, DIR existing: pytest takes DIR for a path, and the
+    rootdir moves up to hold both. The repro had named the file from that rootdir
+    ('sub/test_scene.py'), which does not exist from where pytest ran."""
+    pytester.syspathinsert()  # scenes.py, from sub/
+    sub = pytester.mkdir("sub")
+    (sub / "test_scene.py").write_text(SCENE)
+    art = pytester.mkdir("art")
+    monkeypatch.chdir(sub)
+    result = pytester.runpytest_inprocess("-k", "worse", "--arch", "sm90", "--mpk-artifacts-dir", str(art))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {glob.escape(str(pytester.path))}"])
+    (kept,) = art.glob("*worse*")
+    repro = (kept / "repro.txt").read_text().strip()
+    assert repro.startswith("pytest 'test_scene.py::TestNorm::worse[sm90]' -p mpk --arch sm90")
+    pytester.runpytest_inprocess(*shlex.split(repro)[1:]).assert_outcomes(failed=1)
