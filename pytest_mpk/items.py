@@ -162,7 +162,11 @@ class SceneClass(pytest.Collector):
                 raise self.CollectError(f"{where}: Case {case.name!r} has an unknown key {k!r}; did you mean {near[0]!r}?")
         missing = [k for k in declared if k not in case.params and k not in defaults]
         if missing:
-            raise self.CollectError(f"{where}: Case {case.name!r} lacks {', '.join(map(repr, missing))}")
+            source = "PARAMS" if self.cls.PARAMS else "SWEEP"
+            raise self.CollectError(
+                f"{where}: Case {case.name!r} lacks {', '.join(map(repr, missing))}, which {source} names: every case "
+                f"gives its keys, less those of DEFAULTS; give it, or a default (DEFAULTS = {{{missing[0]!r}: ...}})"
+            )
 
     def _check_params_read(self, scene: SceneTestCase, cases: list[Case], defaults: dict[str, Any]) -> None:
         """A case that leaves a parameter out is refused if generate_args reads it as params[...]

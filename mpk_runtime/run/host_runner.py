@@ -14,11 +14,14 @@ for tensors (``guarded_alloc``). The C side is ``csrc/emulation/entry.h``.
 from __future__ import annotations
 
 import ctypes as C
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import contract
+from ..build import host
 from ..build.host import build_host_module
 from ..codegen import abi
 from ..errors import BuildError, ConfigError
@@ -60,6 +63,22 @@ class Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
         ("time_limit_s", C.c_int32),
         ("slices", C.c_char_p),
     ]
+
+
+# A source path in a report that climbs out of a directory: a user's task header included as
+# tasks/<path relative to csrc/tasks>, which the build names from the checkout (csrc/tasks/../../x.cuh).
+CLIMBING_PATH = re.compile(r"[\w.+\-/]*/\.\./[\w.+\-/]*")
+
+
+def tidy_paths(report: str) -> str:
+    """The report with each climbing path as a reader would write it: relative to the checkout when
+    it lies inside it, else absolute."""
+
+    def tidy(m: re.Match[str]) -> str:
+        path = Path(os.path.normpath(host.REPO / m.group(0)))
+        return str(path.relative_to(host.REPO)) if path.is_relative_to(host.REPO) else str(path)
+
+    return CLIMBING_PATH.sub(tidy, report)
 
 
 @dataclass(frozen=True)
@@ -214,7 +233,7 @@ class HostModule:
         status = self._lib.mpk_emu_run_task(
             variant, desc, C.byref(meta), C.byref(batch), smem, C.byref(opts), self._report, REPORT_BYTES, self._error
         )
-        report = self._report.value.decode(errors="replace") if status else ""
+        report = tidy_paths(self._report.value.decode(errors="replace")) if status else ""
         return TaskRun(STATUS[status], report, (self._error[0], self._error[1]) if status == 1 else None)
 
     def prepare_next_batch(
@@ -241,7 +260,7 @@ class HostModule:
             self._report,
             REPORT_BYTES,
         )
-        report = self._report.value.decode(errors="replace") if st else ""
+        report = tidy_paths(self._report.value.decode(errors="replace")) if st else ""
         return result.value, TaskRun(STATUS[st], report)
 
     def guarded_alloc(self, nbytes: int) -> int:

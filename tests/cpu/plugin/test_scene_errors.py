@@ -58,7 +58,8 @@ MISTAKES = {
             PARAMS = ("batch", "hidden", "eps")
             CASES = [Case("b2", batch=2, hidden=256)]
         """,
-        "TestNorm: Case 'b2' lacks 'eps'",
+        "TestNorm: Case 'b2' lacks 'eps', which PARAMS names: every case gives its keys, less those of DEFAULTS; give "
+        "it, or a default (DEFAULTS = {'eps': ...})",
     ),
     "no_build": (
         """
