@@ -91,7 +91,7 @@ def test_tokens_and_prompt_lengths_must_agree_on_the_request_count():
     with pytest.raises(
         MetaTensorError,
         match=r"'prompt_lengths' has shape \(3,\); with these parameters it must be "
-        r"\(2,\) \(total_num_requests\)",
+        r"\(2,\) \(total_num_requests, 2 from the rows of 'tokens'\)",
     ):
         build(**SIZES, meta_tensors={"tokens": torch.ones(2, 1500, dtype=I64), "prompt_lengths": torch.ones(3, dtype=I32)})
 
