@@ -21,6 +21,7 @@ mpk_runtime is private to the runtime; keeping this list short keeps the plugin 
     build_for(pk, on_gpu)      the nvcc build compile() makes of pk's graph on the GPU or off it (prebuilds)
     near_hint(name, known, l)  "did you mean 'x'?" or the known names, for a message (mpk_runtime.errors)
     shown(value)               a value for a message: its repr, cut short, and its type
+    token_dim(task, arg)       the dim of a task argument that holds the iteration's token rows, or None
 """
 
 from __future__ import annotations
@@ -160,6 +161,12 @@ def _planner(what: str, init_params: Any) -> tuple[Any, dict[str, Any]]:
     return BatchPlanner(meta.batch_config(p, m), m), m
 
 
+def token_dim(task: str, arg: str) -> int | None:
+    from .tasks import registry
+
+    return registry.get(task).token_dims.get(arg)
+
+
 def build_for(pk: Any, on_gpu: bool) -> Any:
     """The nvcc build (a BuildResult) that compile() of ``pk``'s graph makes for a kernel on the GPU
     (``on_gpu``: the shared library) or off it (the cubin), without compiling ``pk``: a compile-only
@@ -191,6 +198,7 @@ __all__ = [
     "read_compile_output",
     "shown",
     "signature_arch",
+    "token_dim",
     "torch_dtype",
     "WATCHDOG_MAX_S",
 ]

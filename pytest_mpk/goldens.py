@@ -13,7 +13,7 @@ import torch
 
 from mpk_runtime import harness
 
-from . import compare, guards
+from . import compare, guards, token_rows
 from .param_reads import copy_of
 from .scene import Case, Expected, InOut, Out, SceneTestCase
 
@@ -90,11 +90,13 @@ def compare_outputs(
     expected: dict,
     before: dict,
     graph: Any = None,
+    meta: dict | None = None,
 ) -> None:
     """The scene's ``compare``, else every output against its golden (checked to be comparable
     first; ``golden_from``, from golden_of, names it); MismatchError with every output's report. With
-    the compiled ``graph``, an element written against the golden's Expected(written=...) is reported
-    with the task whose slice holds it."""
+    the compiled ``graph``, the first element off (or written against the golden's
+    Expected(written=...)) is reported with the task whose slice holds it and, with the run's
+    ``meta`` tensors, the request and position of its token row."""
     if case is not None:  # where collection could not learn the outputs (a scene that reads real shapes)
         case.check_outputs(type(scene).__name__, outs)
     scene_compare = getattr(scene, "compare", None)
@@ -107,7 +109,9 @@ def compare_outputs(
         want = expected[name]
         try:
             compare.check_golden(golden_from, name, want.value if isinstance(want, Expected) else want, actual[name])
-            owner = guards.owner_of(graph, name) if graph is not None else None
+            owner = None
+            if graph is not None:
+                owner = token_rows.with_rows(guards.owner_of(graph, name), token_rows.token_dim_of(graph, name), meta)
             if isinstance(want, Expected):
                 compare.check_expected(name, actual[name], want, before[name], rtol, atol, owner)
             else:

@@ -167,6 +167,11 @@ def owner_of(graph: Any, name: str) -> Callable[[tuple[int, ...]], str]:
         owners = [(t, s) for t, s in _slices(graph, name, True) if _contains(s, index)]
         if not owners:
             return f"no task's output slice holds {name}{list(index)}"
+        layers = {t.layer for t, _ in owners}
+        if len(owners) > 2 and len(layers) == 1 and len({(s.lo, s.hi) for _, s in owners}) == 1:
+            # One slice for every task (a paged cache, tokens picked at run time): one line says it.
+            layer = graph.layers[owners[0][0].layer]
+            return f"its output slice: all {len(owners)} tasks of layer {layer.name} ({layer.task}) write {_text(owners[0][1])}"
         listed = "; ".join(f"{describe(graph, t)} writes {_text(s)}" for t, s in owners[:SHOWN])
         return f"its output slice: {listed}"
 

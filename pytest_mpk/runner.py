@@ -291,6 +291,7 @@ def _run_case(
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
         actual = {n: run_tensors[n].cpu() for n in outs}
+        meta_after = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
         expected = golden(
             scene,
             layer,
@@ -298,14 +299,17 @@ def _run_case(
             params,
             search,
             outs,
-            {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()},
+            {k: v.clone() for k, v in meta_after.items()},  # the golden may write its copy
         )
         golden_from = golden_of(scene, layer, search)
         untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
         ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
         damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
         guards.raise_with(
-            damage, lambda: compare_outputs(scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph)
+            damage,
+            lambda: compare_outputs(
+                scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph, meta_after if pk.test_mode else None
+            ),
         )
         check_all_read(case, params)  # it passed, and every scene method that takes params has run
     except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit

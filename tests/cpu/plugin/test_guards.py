@@ -159,6 +159,21 @@ def test_a_row_written_against_expected_names_the_task_whose_slice_holds_it(pyte
         [
             "output 'output': 256 elements that no task should write were changed (first at (1, 0), *); the golden "
             "marks them unwritten (Expected(written=...)); its output slice: task 1 (*, layer rmsnorm_0, rmsnorm) "
-            "writes output[[]1:2, 0:256[]]",
+            "writes output[[]1:2, 0:256[]]; row 1 is past the iteration's 1 new token (an inactive row)",
         ]
     )
+
+
+def test_tasks_that_share_one_slice_are_named_in_one_line() -> None:
+    """A paged cache: every task's slice is the whole tensor (its rows are picked at run time), so the
+    owner is the layer, not a list of every task."""
+    from mpk_runtime.graph.compiled import SliceRef
+
+    whole = SliceRef("k_cache", (0, 0), (6, 16), 0)
+    layer = types.SimpleNamespace(name="paged_attention_0", task="paged_attention")
+    tasks = [types.SimpleNamespace(id=i, label=f"paged_attention_0[{i}]", layer=0, outputs=(whole,)) for i in range(3)]
+    graph = types.SimpleNamespace(layers=[layer], tasks=tasks)
+    assert guards.owner_of(graph, "k_cache")((2, 5)) == (
+        "its output slice: all 3 tasks of layer paged_attention_0 (paged_attention) write k_cache[0:6, 0:16]"
+    )
+    assert guards.owner_of(graph, "k_cache")((7, 0)) == "no task's output slice holds k_cache[7, 0]"

@@ -124,3 +124,28 @@ def test_requests_the_one_iteration_had_no_room_for_are_noted(pytester: pytest.P
             "(max_num_batched_requests=1, max_num_batched_tokens=8, max_num_pages=8) and were not run*"
         ]
     )
+
+
+def test_a_row_off_is_named_by_its_request_and_position(pytester: pytest.Pytester, scenes) -> None:
+    """A layer's token rows are the iteration's new tokens: the report says whose token a row is.
+    Request 0 has 4 cached tokens and 3 new ones (rows 0-2: positions 4-6)."""
+    scene = (
+        ACTIVE_ROWS.format(limit="active")
+        .replace(
+            "torch.tensor([3], dtype=torch.int32)}",
+            "torch.tensor([7], dtype=torch.int32), 'step': torch.tensor([4], dtype=torch.int32)}",
+        )
+        .replace(
+            "return Expected(rmsnorm(args.input, args.weight), written=written)",
+            "value = rmsnorm(args.input, args.weight)\n        value[1, 3] += 1\n        return Expected(value, written=written)",
+        )
+    )
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "  the first element off, (1, 3): its output slice: task 1 (*) writes output[[]1:2, 0:256[]]; row 1 is "
+            "request 0's token at position 5 (its new token 1 of 3)"
+        ]
+    )
