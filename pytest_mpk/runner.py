@@ -18,7 +18,7 @@ import mpk_runtime as mpk
 from mpk_runtime import harness
 from mpk_runtime.harness import shown
 
-from . import compare, devices, guards, sanitize
+from . import compare, devices, guards, meta_args, sanitize
 from .goldens import compare_outputs, golden, golden_of
 from .param_reads import check_all_read, copy_of
 from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of
@@ -74,25 +74,7 @@ def generate(scene: SceneTestCase, params: dict[str, Any], seed: int) -> dict[st
                 f"{where}: argument {name!r} is a tensor on the meta device, which holds no data; generate real "
                 f"tensors, on the CPU (the harness copies them to the case's device)"
             )
-    wrong = [n for n, v in args.items() if isinstance(v, Out) and v.meta and n not in harness.META_TENSOR_NAMES]
-    if wrong:
-        raise SceneError(
-            f"{where}: Out(..., meta=True) stands for the meta tensor of its name, but {wrong} is not one; "
-            f"the meta tensors are {', '.join(harness.META_TENSOR_NAMES)}"
-        )
-    for name, v in args.items():
-        if not (isinstance(v, Out) and v.meta):
-            continue
-        if name in harness.META_LAUNCH_INPUTS and not isinstance(v, InOut):
-            raise SceneError(
-                f"{where}: Out({name!r}, meta=True): the launch reads {name!r} as given (the requests, their history, "
-                f"the free-page order), and an Out starts as poison; pass InOut(..., meta=True) with its values"
-            )
-        if name in harness.META_PLANNED and isinstance(v, InOut):
-            raise SceneError(
-                f"{where}: InOut({name!r}, meta=True): prepare_next_batch fills {name!r} before any task runs, so the "
-                f"values given would be replaced unseen; pass Out(..., meta=True)"
-            )
+    meta_args.check_meta_outputs(where, args)
     return args
 
 
@@ -127,66 +109,18 @@ def base_params(arch: str, backend: str, hang_timeout: float, warp_jitter: bool 
 def kernel_params(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> dict[str, Any]:
     init = base_params(setup.arch, setup.backend, setup.hang_timeout, setup.warp_jitter)
     extra = dict(kernel_params_of(scene, params))
-    _check_repeatable(scene, extra, kernel_params_of(scene, params))
+    meta_args.check_repeatable(type(scene).__name__, extra, kernel_params_of(scene, params))
     # Generated on the CPU, like the arguments; the kernel wants them where it runs, as a copy: the
     # run writes its meta tensors (step, tokens), and a tensor the scene keeps for its next case must
     # not change. What is not a dict of tensors is left to the runtime, which refuses it.
     if isinstance(extra.get("meta_tensors"), dict):
         device = "cuda" if setup.backend == devices.GPU else "cpu"
-        planned = [k for k in extra["meta_tensors"] if k in harness.META_PLANNED]
-        if planned:
-            raise SceneError(
-                f"{type(scene).__name__}.kernel_params: meta_tensors[{planned[0]!r}] is filled by prepare_next_batch before "
-                f"the graph runs, so the values given would be replaced unseen; leave it out (compute_golden reads what "
-                f"the run used in args.meta)"
-            )
-        on_meta = [k for k, v in extra["meta_tensors"].items() if isinstance(v, torch.Tensor) and v.is_meta]
-        if on_meta:
-            raise SceneError(
-                f"{type(scene).__name__}.kernel_params: meta_tensors[{on_meta[0]!r}] is a tensor on the meta device, which "
-                f"holds no data; make it on the CPU (the harness copies it to the case's device)"
-            )
+        meta_args.check_overrides(type(scene).__name__, extra["meta_tensors"])
         extra["meta_tensors"] = {
             k: v.detach().to(device, copy=True) if isinstance(v, torch.Tensor) else v for k, v in extra["meta_tensors"].items()
         }
     init.update(extra)
     return init
-
-
-def _check_repeatable(scene: SceneTestCase, first: dict[str, Any], second: dict[str, Any]) -> None:
-    """SceneError unless two calls of ``kernel_params`` with the same params agree: the harness and
-    ``first_batch_meta`` each call it, so a random page order drawn anew each time would put a
-    history that generate_args writes where the kernel never reads it."""
-    pairs = [(f"[{k!r}]", first.get(k), second.get(k)) for k in dict.fromkeys([*first, *second]) if k != "meta_tensors"]
-    m1, m2 = first.get("meta_tensors"), second.get("meta_tensors")
-    if isinstance(m1, dict) and isinstance(m2, dict):
-        pairs += [(f"['meta_tensors'][{k!r}]", m1.get(k), m2.get(k)) for k in dict.fromkeys([*m1, *m2])]
-    for where, a, b in pairs:
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            same = a.is_meta or b.is_meta or (a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu()))
-        else:
-            same = type(a) is type(b) and not isinstance(a, torch.Tensor) and _equal(a, b)
-        if not same:
-            raise SceneError(
-                f"{type(scene).__name__}.kernel_params returned {_brief(a)} for {where} once and {_brief(b)} the next time, "
-                f"for the same params; the harness and first_batch_meta each call it, so it must return the same every "
-                f"time: draw random values from a seeded generator (torch.randperm(n, generator=torch.Generator()"
-                f".manual_seed(0)))"
-            )
-
-
-def _brief(v: Any) -> str:
-    if isinstance(v, torch.Tensor) and not v.is_meta:
-        values = v.flatten()[:8].tolist()
-        return f"{str(values)[:-1]}{', ...' if v.numel() > 8 else ''}] ({v.dtype}, shape {tuple(v.shape)})"
-    return shown(v)
-
-
-def _equal(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - what cannot be compared is left to the runtime's own checks
-        return True
 
 
 def run_case(
@@ -285,7 +219,7 @@ def _run_case(
         steps_before = pk.meta_tensors["step"].cpu().tolist()
         if not _ran(pk, setup, case):
             return
-        setup.notes.extend(_requests_not_run(pk, steps_before))
+        setup.notes.extend(meta_args.requests_not_run(pk, steps_before))
         if meta_before is not None and pk.test_mode:  # emulated, prepare_next_batch is checked at every call
             harness.check_test_launch(pk, meta_before)
         if setup.profile and setup.backend == devices.GPU:
@@ -337,22 +271,6 @@ def _ran(pk, setup: Setup, case: Case | None) -> bool:
     if case is not None and case.raises is not None:
         raise AssertionError(f"the kernel ran to the end, but the case expects it to fail with an error matching {case.raises!r}")
     return True
-
-
-def _requests_not_run(pk, steps_before: list[int]) -> list[str]:
-    """A note when test mode's one iteration had no room for some requests: they never ran, so a
-    golden made from args.meta checks the others only."""
-    if not pk.test_mode:
-        return []
-    idle = [r for r, (a, b) in enumerate(zip(steps_before, pk.meta_tensors["step"].cpu().tolist())) if a == b]
-    if not idle:
-        return []
-    p = pk.params
-    return [
-        f"test mode ran {len(steps_before) - len(idle)} of {len(steps_before)} requests in its one iteration; "
-        f"request(s) {idle} did not fit (max_num_batched_requests={p.max_num_batched_requests}, max_num_batched_tokens="
-        f"{p.max_num_batched_tokens}, max_num_pages={p.max_num_pages}) and were not run"
-    ]
 
 
 def _holds_replay(setup: Setup) -> bool:
