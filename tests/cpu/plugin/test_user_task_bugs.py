@@ -1,0 +1,68 @@
+"""Bugs injected into a task of the user's own (user_task/: a row softmax declared as README says),
+run emulated through the plugin. Each had passed every case of its scene: NaN alone as the stale
+shared-memory poison vanished in fmaxf, bf16's absolute tolerance was larger than every value of a
+wide softmax, and every case interleaved the workers in one order."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+USER_TASK = Path(__file__).resolve().parent / "user_task"
+CORRECT = "yr[c] = from_float<T>(__expf(row[c] - m) * inv);\n"
+
+
+def body(old: str = "", new: str = "") -> Path:
+    """The body with ``old`` replaced by ``new``, at a path named for its content (the same in every
+    run, so a later run finds its host module in the cache)."""
+    text = (USER_TASK / "softmax.cuh").read_text()
+    if old:
+        assert text.count(old) == 1, f"user_task/softmax.cuh no longer holds {old!r}; update this test"
+        text = text.replace(old, new)
+    path = Path(tempfile.gettempdir()) / f"mpk-user-task-{hashlib.sha256(text.encode()).hexdigest()[:16]}" / "softmax.cuh"
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".softmax.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
+    for name in ("row_softmax_spec.py", "pytorch_reference.py"):
+        shutil.copy(USER_TASK / name, pytester.path / name)
+    shutil.copy(USER_TASK / "row_softmax_scene.py", pytester.path / "test_row_softmax.py")
+    monkeypatch.setenv("USER_TASK_HEADER", str(header))
+    # A process of its own: the task registry is the process's, and each test registers another body.
+    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
+
+
+def test_the_correct_body_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(pytester, monkeypatch, body()).assert_outcomes(passed=5)
+
+
+def test_a_missing_barrier_before_a_max_reduction_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run(pytester, monkeypatch, body("    __syncthreads();  // the row staged before", "    // the row staged before"))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*NaN in the output: * computed by the kernel*"])
+
+
+def test_an_all_zero_wide_softmax_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run(pytester, monkeypatch, body(CORRECT, "yr[c] = from_float<T>(0.f);\n"))
+    result.assert_outcomes(failed=5)
+    result.stdout.fnmatch_lines(
+        ["*(bfloat16, shape (2, 32768)) differs from the golden (rtol=0.016, atol=*; atol: the default 0.01 scaled*"]
+    )
+
+
+def test_a_write_into_the_next_task_s_first_row_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task 0 also writes the first element of task 1's slice: hidden whenever task 1 runs after it."""
+    wrong = CORRECT + "    if (task.grid_idx[0] == 0 && r == ROWS - 1 && threadIdx.x == 0) yr[COLS] = from_float<T>(1.f);\n"
+    result = run(pytester, monkeypatch, body(CORRECT, wrong))
+    assert result.parseoutcomes().get("failed", 0) >= 1, result.stdout.str()
