@@ -139,7 +139,7 @@ def _planner(what: str, init_params: Any) -> tuple[Any, dict[str, Any]]:
     PersistentKernel checks them (ConfigError / MetaTensorError naming the value and the fix)."""
     import torch
 
-    from .errors import ConfigError, MetaTensorError
+    from .errors import ConfigError
     from .frontend import meta, params
     from .run.batching import BatchPlanner
 
@@ -148,14 +148,9 @@ def _planner(what: str, init_params: Any) -> tuple[Any, dict[str, Any]]:
     params.check_names(what, init_params, [*params.names(), "test_mode"])
     init = {k: v for k, v in init_params.items() if k in params.DEFAULTS or k == "test_mode"}
     given = init_params.get("meta_tensors", {})
-    if isinstance(given, dict):
-        for k, v in given.items():
-            if isinstance(v, torch.Tensor) and v.is_meta:
-                raise MetaTensorError(
-                    f"{what}: meta_tensors[{k!r}] is a tensor on the meta device, which holds no data; make it on the CPU"
-                )
-        given = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v for k, v in given.items()}
-    init["meta_tensors"] = given  # what is no dict of tensors, meta.build refuses as PersistentKernel does
+    if isinstance(given, dict):  # copies; what cannot be copied (no tensor, no data) meta.build refuses
+        given = {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) and not v.is_meta else v for k, v in given.items()}
+    init["meta_tensors"] = given
     p = params.parse(init)
     m = meta.build(p, torch.device("cpu"))
     return BatchPlanner(meta.batch_config(p, m), m), m
@@ -164,6 +159,8 @@ def _planner(what: str, init_params: Any) -> tuple[Any, dict[str, Any]]:
 def token_dim(task: str, arg: str) -> int | None:
     from .tasks import registry
 
+    if task not in registry.names():  # a replayed graph's task this process never registered
+        return None
     return registry.get(task).token_dims.get(arg)
 
 

@@ -15,10 +15,7 @@ def token_dim_of(graph: Any, name: str) -> int | None:
     for layer in graph.layers:
         for arg in layer.args:
             if arg.tensor == name and arg.direction == "OUT":
-                try:
-                    dim = harness.token_dim(layer.task, arg.name)
-                except Exception:  # noqa: BLE001 - a task the registry no longer knows: no row names
-                    dim = None
+                dim = harness.token_dim(layer.task, arg.name)
                 if dim is not None:
                     return dim
     return None

@@ -125,6 +125,10 @@ def build(p: KernelParams, device: torch.device) -> dict[str, torch.Tensor]:
             )
         if not t.is_contiguous():
             raise MetaTensorError(f"meta tensor {name!r} is not contiguous; pass t.contiguous()")
+        if not p.compile_only and t.is_meta:
+            raise MetaTensorError(
+                f"meta tensor {name!r} is a tensor on the meta device, which holds no data; make it on {device}"
+            )
         if not p.compile_only and t.device != device:
             raise MetaTensorError(f"meta tensor {name!r} is on {t.device}; the kernel runs on {device}: pass t.to('{device}')")
         meta[name] = t

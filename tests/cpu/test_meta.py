@@ -314,3 +314,10 @@ def test_compile_only_kernel_checks_the_default_prompt(make_pk):
 def test_compile_only_kernel_checks_pages(make_pk):
     with pytest.raises(ConfigError, match=r"needs 8 KV pages of page_size=1, but max_num_pages=1"):
         make_pk(90, max_num_batched_tokens=8, max_seq_length=8)
+
+
+def test_a_meta_device_override_holds_no_data():
+    with pytest.raises(
+        MetaTensorError, match=r"meta tensor 'step' is a tensor on the meta device, which holds no data; make it on cpu"
+    ):
+        build(**SIZES, meta_tensors={"step": torch.zeros(1, dtype=I32, device="meta")})

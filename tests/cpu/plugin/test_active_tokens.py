@@ -50,7 +50,7 @@ BASE = {"max_num_batched_tokens": 8, "max_seq_length": 8, "max_num_pages": 8}
         (
             {**BASE, "meta_tensors": {"step": torch.zeros(1, dtype=torch.int32, device="meta")}},
             MetaTensorError,
-            "meta_tensors['step'] is a tensor on the meta device, which holds no data; make it on the CPU",
+            "meta tensor 'step' is a tensor on the meta device, which holds no data; make it on cpu",
         ),
         (
             {**BASE, "max_num_batched_token": 4},

@@ -177,3 +177,10 @@ def test_tasks_that_share_one_slice_are_named_in_one_line() -> None:
         "its output slice: all 3 tasks of layer paged_attention_0 (paged_attention) write k_cache[0:6, 0:16]"
     )
     assert guards.owner_of(graph, "k_cache")((7, 0)) == "no task's output slice holds k_cache[7, 0]"
+
+
+def test_a_task_this_process_never_registered_has_no_token_rows() -> None:
+    from mpk_runtime import harness
+
+    assert harness.token_dim("rmsnorm", "output") == 0
+    assert harness.token_dim("no_such_task", "output") is None
