@@ -4,7 +4,10 @@ target a cubin (a device-only build) was assembled for."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import struct
+import tempfile
 from pathlib import Path
 
 import torch
@@ -90,3 +93,17 @@ def race_for_module(source: str, barrier, results) -> None:
     result = cache.build_module(source, "sm80", "race", device_only=True)
     assert cubin_sm(result.path) == 80
     results.put((result.cached, str(result.path), os.getpid()))
+
+
+def fixed_copy(prefix: str, relative: str, text: str) -> Path:
+    """``text`` written at <tmp>/<prefix>-<its digest>/<relative>: the same path in every run for the
+    same content, so a host build that names its headers' paths finds a later run's module in the
+    cache. Written whole (a rename), for a test in another worker reading it meanwhile."""
+    digest = hashlib.sha256(f"{relative}\0{text}".encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"{prefix}-{digest}" / relative
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path

@@ -6,12 +6,10 @@ csrc, and runs a real scene file of tests/scenes with pytester."""
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
+from cpu_helpers import fixed_copy
 
 from mpk_runtime import resources
 from mpk_runtime.build import host
@@ -33,14 +31,7 @@ def inject(monkeypatch: pytest.MonkeyPatch):
     def patch(header: str, old: str, new: str) -> str:
         text = (resources.CSRC / header).read_text()
         assert text.count(old) == 1, f"csrc/{header} no longer holds {old!r}; update this test"
-        patched = text.replace(old, new)
-        digest = hashlib.sha256(f"{header}\0{patched}".encode()).hexdigest()[:16]
-        copy = Path(tempfile.gettempdir()) / f"mpk-injected-{digest}" / header
-        if not copy.is_file() or copy.read_text() != patched:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            tmp = copy.with_name(f".{copy.name}.{os.getpid()}")
-            tmp.write_text(patched)
-            tmp.replace(copy)  # whole, for a test in another worker reading it now
+        copy = fixed_copy("mpk-injected", header, text.replace(old, new))
         dirs.append(copy.parents[len(Path(header).parts) - 1])
         monkeypatch.setattr(start, "build_host_module", functools.partial(host.build_host_module, include_dirs=list(dirs)))
         return str(copy)

@@ -5,13 +5,11 @@ wide softmax, and every case interleaved the workers in one order."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
+from cpu_helpers import fixed_copy
 
 USER_TASK = Path(__file__).resolve().parent / "user_task"
 CORRECT = "yr[c] = from_float<T>(__expf(row[c] - m) * inv);\n"
@@ -24,13 +22,7 @@ def body(old: str = "", new: str = "") -> Path:
     if old:
         assert text.count(old) == 1, f"user_task/softmax.cuh no longer holds {old!r}; update this test"
         text = text.replace(old, new)
-    path = Path(tempfile.gettempdir()) / f"mpk-user-task-{hashlib.sha256(text.encode()).hexdigest()[:16]}" / "softmax.cuh"
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".softmax.{os.getpid()}")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return path
+    return fixed_copy("mpk-user-task", "softmax.cuh", text)
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
