@@ -759,6 +759,25 @@ size_t cvta_generic_to_shared(void const *p) {
   return b ? a - b->shared_lo : 0;
 }
 
+namespace {
+
+constexpr unsigned char kCanary = 0xa5;
+
+// The bytes past a task's dynamic shared memory that it wrote (empty: none).
+std::string canary_report(RunConfig const &cfg, unsigned char const *past, size_t n) {
+  size_t first = 0;
+  while (first < n && past[first] == kCanary) ++first;
+  if (first == n) return {};
+  size_t last = n - 1;
+  while (past[last] == kCanary) --last;
+  return "dynamic shared memory overflow in task " + std::to_string(cfg.task_id) + ": bytes " +
+         std::to_string(cfg.dynamic_smem_bytes + first) + ".." + std::to_string(cfg.dynamic_smem_bytes + last) +
+         " of dynamic shared memory were written, past the " + std::to_string(cfg.dynamic_smem_bytes) +
+         " bytes the task was given (its spec's smem_function); --mpk-emulate-check names the thread and line";
+}
+
+}  // namespace
+
 int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std::string &report) {
   report.clear();
   if (cfg.num_threads < 1 || cfg.num_threads > kMaxThreads) {
@@ -813,6 +832,11 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   // which a max, a min or a sum cannot hide.
   static constexpr unsigned char kPoison[3] = {0xff, 0x7f, 0xfe};
   memset(cfg.dynamic_smem, kPoison[cfg.task_id % 3], cfg.dynamic_smem_bytes);
+  // Past what the task was given, up to what the block has, a canary: on the device those bytes are
+  // another variant's or none, so a write there is a bug even where it changes no result here.
+  unsigned char *const past = static_cast<unsigned char *>(cfg.dynamic_smem) + cfg.dynamic_smem_bytes;
+  size_t const past_bytes = cfg.dynamic_smem_capacity - cfg.dynamic_smem_bytes;
+  memset(past, kCanary, past_bytes);
   tls_block = &b;
   if (cfg.race_check) race_begin(b);
   {
@@ -821,6 +845,7 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   }
   std::string const races = cfg.race_check ? race_end(b) : std::string();
   report = b.fault.sig ? describe_fault(b) : b.failure;
+  if (report.empty() && races.empty()) report = canary_report(cfg, past, past_bytes);
   tls_block = nullptr;
   if (!races.empty()) report += (report.empty() ? "" : "\n") + races;
   return report.empty() ? kRunOk : kRunDetected;

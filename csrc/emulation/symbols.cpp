@@ -113,7 +113,20 @@ MpkEmuTensor const *tensor_at(Memory const &m, uintptr_t a) {
 
 std::string tensor_address(Memory const &m, uintptr_t a) {
   MpkEmuTensor const *t = tensor_at(m, a);
-  if (!t) return "global memory 0x" + hex(a);
+  if (!t) {
+    // Within the 16-byte alignment the emulator keeps around each tensor copy (host_memory.py), no
+    // page guard faults: name the tensor the access is next to.
+    for (int i = 0; i < m.num_tensors; ++i) {
+      MpkEmuTensor const &n = m.tensors[i];
+      if (a >= n.hi && a - n.hi < 16)
+        return "global memory 0x" + hex(a) + ", " + std::to_string(a - n.hi) + " bytes past the end of tensor " +
+               n.name;
+      if (a < n.lo && n.lo - a <= 16)
+        return "global memory 0x" + hex(a) + ", " + std::to_string(n.lo - a) + " bytes before the start of tensor " +
+               n.name;
+    }
+    return "global memory 0x" + hex(a);
+  }
   uint64_t const offset = a - t->lo;
   int64_t element = t->elem_size > 0 ? static_cast<int64_t>(offset / t->elem_size) : 0;
   std::string index;

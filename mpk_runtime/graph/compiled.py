@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import GraphError
+from ..tasks.partition import CHOSEN_AT_RUN_TIME
 from .schedule import Schedule
 from .task_graph import TaskGraph
 from .variants import Variant
@@ -35,6 +36,11 @@ class ArgInfo:
     tensor: str
     partition: str
     direction: str  # IN or OUT
+
+    @property
+    def runtime_disjoint(self) -> bool:
+        """Whether the layer's tasks pick disjoint parts of it at run time (Partition.selected)."""
+        return CHOSEN_AT_RUN_TIME in self.partition
 
 
 @dataclass(frozen=True, slots=True)

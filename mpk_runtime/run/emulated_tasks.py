@@ -21,6 +21,7 @@ from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
 from ..tasks import registry
 from ..tasks.spec import EmulationContext, TaskFailure
 from . import batching, diagnostics
+from .disjoint_writes import DisjointWrites
 from .host_batching import HostPlanner
 from .host_memory import GuardedTensors
 from .host_runner import HostModule
@@ -93,6 +94,16 @@ def slice_view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | N
     return t[tuple(slice(lo, hi) for lo, hi in bounds)]
 
 
+def _meta_written(meta: dict[str, torch.Tensor], written: list[torch.Tensor]) -> set[str]:
+    """The meta tensors whose bytes a graph tensor some layer writes shares (output tokens, ...)."""
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+    spans = [span(t) for t in written if t.numel()]
+    return {n for n, m in meta.items() if m.numel() and any(lo < span(m)[1] and span(m)[0] < hi for lo, hi in spans)}
+
+
 class HostTasks:
     """The CUDA bodies compiled for the host, on guarded copies of the tensors (allocated once per
     kernel, copied in and out per launch). ``check``: a race-checking module (races, uninitialized
@@ -113,20 +124,24 @@ class HostTasks:
         self.time_limit_s = time_limit_s
         written = {t.name for t in graph.tensors if t.direction != "IN"}
         self.memory = GuardedTensors(module, tensors, meta, written)
+        self.meta_written = _meta_written(meta, [tensors[n] for n in written])
         self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))
+        self.disjoint = DisjointWrites(graph, self.memory.views)
 
     def begin(self) -> None:
         self.memory.copy_in()
-        self.planner = HostPlanner(self.module, self.cfg, self.memory.meta)
+        self.planner = HostPlanner(self.module, self.cfg, self.memory.meta, self.meta_written)
 
     def prepare_next_batch(self, iteration: int) -> bool:
+        self.disjoint.new_iteration()
         return self.planner.prepare_next_batch(iteration)
 
     def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
         # The threads' order between synchronization points: shuffled, from the launch, task and iteration.
         order_seed = (seed * 0x9E3779B97F4A7C15 + t.id * 0xBF58476D1CE4E5B9 + iteration) & MASK64
+        before = self.disjoint.before(t)
         run = self.module.run_task(
             t.variant,
             self.descs[t.id],
@@ -137,15 +152,22 @@ class HostTasks:
             check_slices=self.check,
             time_limit_s=self.time_limit_s,
         )
+        report = run.report
         if run.ok:
-            return
-        if run.task_error is not None:
+            if (pad := self.memory.pad_writes()) is not None:
+                report = f"out-of-bounds access in task {t.id}: {pad}"
+            elif (meta := self.planner.task_writes()) is not None:
+                report = f"write into a meta tensor in task {t.id}: {meta}"
+            elif (overlap := self.disjoint.after(t, before)) is not None:
+                report = f"overlapping writes in task {t.id}: {overlap}"
+            else:
+                return
+        elif run.task_error is not None:
             code, value = run.task_error
             raise KernelError(f"emulated iteration {iteration}: {diagnostics.task_error_message(self.graph, t.id, code, value)}")
         layer = self.graph.layers[t.layer]
-        raise EmulationError(
-            f"emulated iteration {iteration}, task {t.id} {t.label} (layer {layer.name}, {layer.task}): {run.report}", run.report
-        )
+        where = f"emulated iteration {iteration}, task {t.id} {t.label} (layer {layer.name}, {layer.task})"
+        raise EmulationError(f"{where}: {report}", report)
 
     def observe(self) -> list[int]:
         self.memory.copy_out()  # the tensors the tasks wrote, from the emulator's guarded copies

@@ -6,7 +6,9 @@ a launch, lane 0 plans), on the launch's meta tensors and a batching state laid 
 (``device_graph.batch_state``). ``batching.BatchPlanner``, the Python model, plans the same call on a
 copy of the meta tensors taken just before it. Any difference in any meta tensor afterwards is an
 EmulationError naming the field, the element and the iteration: the device code and its model
-disagree, and the device's plan is what the task bodies would have read.
+disagree, and the device's plan is what the task bodies would have read. Between two calls the
+tasks may change only the meta tensors a layer writes (``written``: a sampling layer's output
+tokens); a change to any other is the task's bug, found after each task (``task_writes``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from ..errors import EmulationError
 from .batching import BatchConfig, BatchPlanner, PagesExhausted
 from .device_graph import batch_state
 from .host_runner import HostModule
-from .meta_check import DEVICE_CODE, MODEL, disagreement
+from .meta_check import DEVICE_CODE, FIELD_OF, MODEL, disagreement
 
 
 class HostPlanner:
     """prepare_next_batch for one launch: the device's code decides, the Python model checks."""
 
-    def __init__(self, module: HostModule, cfg: BatchConfig, meta: dict[str, torch.Tensor]):
-        self.module, self.cfg, self.meta = module, cfg, meta
+    def __init__(self, module: HostModule, cfg: BatchConfig, meta: dict[str, torch.Tensor], written: set[str]):
+        self.module, self.cfg, self.meta, self.written = module, cfg, meta, written
         self.state = batch_state(cfg, torch.device("cpu"))
         self._structs = (
             abi.meta_struct(meta),
@@ -37,8 +39,8 @@ class HostPlanner:
         self.model: BatchPlanner | None = None
 
     def prepare_next_batch(self, iteration: int) -> bool:
-        for name, t in self.meta.items():  # what the last iteration's tasks wrote (output tokens, ...)
-            self.shadow[name].copy_(t)
+        for name in self.written:  # what the last iteration's tasks wrote (output tokens, ...)
+            self.shadow[name].copy_(self.meta[name])
         if self.model is None:
             self.model = BatchPlanner(self.cfg, self.shadow)
         model_error: PagesExhausted | None = None
@@ -69,6 +71,21 @@ class HostPlanner:
                 f"{where}: the device code ({DEVICE_CODE}) returned {result}, its Python model ({MODEL}) {planned}"
             )
         return result > 0
+
+    def task_writes(self) -> str | None:
+        """What a task changed in a meta tensor no layer writes, since prepare_next_batch filled it
+        (None: nothing)."""
+        for name, t in self.meta.items():
+            if name in self.written or torch.equal(t, self.shadow[name]):
+                continue
+            index = tuple(int(i) for i in (t != self.shadow[name]).nonzero()[0])
+            field = FIELD_OF.get(name, name)
+            return (
+                f"{field}[{', '.join(map(str, index))}] holds {t[index].item()} where prepare_next_batch left "
+                f"{self.shadow[name][index].item()}, and no layer of the graph writes {field} (prepare_next_batch fills "
+                f"it; the tasks only read it); --mpk-emulate-check names the thread and line"
+            )
+        return None
 
     def _compare(self, where: str) -> None:
         found = disagreement(self.meta, self.shadow)

@@ -6,7 +6,10 @@ that ends against an inaccessible page and starts after one (``HostModule.guarde
 that reads or writes past the end of a tensor faults, and the fault is reported with the tensor, the
 thread and the source line, at no cost per access. Tensors that share storage (views of one buffer, a
 graph tensor that is a meta tensor) share one copy, so that what one writes the other reads; each
-copy keeps its tensor's alignment modulo 16. After the launch the copies of the tensors some layer
+copy keeps its tensor's alignment modulo 16, so up to 15 bytes before it and after it lie inside the
+mapping: they hold ``PAD_BYTE`` (a value no body can use unnoticed: 3.4e38 as a float, an index
+that faults), and a task that writes there is reported as one that wrote past the tensor (``pad_writes``,
+checked after every task). After the launch the copies of the tensors some layer
 writes (and the meta tensors) go back; those only read (weights) are compared with their originals
 and go back only if a body wrote into them, as such a write would stand on the GPU. So the harness's
 check of the inputs bit for bit sees it, and unchanged tensors (read-only memory among them) are
@@ -34,6 +37,10 @@ _memcmp.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]
 _memcmp.restype = C.c_int
 
 
+PAD_BYTE = 0x7F
+_PAD_REFERENCE = (C.c_uint8 * 16)(*([PAD_BYTE] * 16))
+
+
 class GuardedTensors:
     """Guarded copies of ``tensors`` and ``meta`` (name -> contiguous CPU tensor). ``pointers`` and
     ``meta`` are the copies' addresses and views; ``copy_in`` / ``copy_out`` move the data (out: the
@@ -44,6 +51,7 @@ class GuardedTensors:
         everything = [(n, t) for n, t in tensors.items()] + [(f"meta.{n}", t) for n, t in meta.items()]
         self._written = written | {n for n, _ in everything if n.startswith("meta.")}
         self._groups: list[tuple[int, int, int, int, bool]] = []  # (original lo, bytes, copy, allocated, copied out)
+        self._pads: list[tuple[int, int, str, bool]] = []  # (address, bytes, tensor, after its end)
         self.pointers: dict[str, int] = {}
         self.views: dict[str, torch.Tensor] = {}
         spans = sorted(((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), n, t) for n, t in everything if t.numel()))
@@ -74,6 +82,29 @@ class GuardedTensors:
         for start, end, name, t in group:
             self.pointers[name] = copy + start - lo
             self.views[name] = raw[start - lo : end - lo].view(t.dtype).view(t.shape)
+        after = -size % 16  # guarded_alloc rounds the end up to 16 bytes
+        pads = ((copy - shift, shift, group[0][2], False), (copy + hi - lo, after, group[-1][2], True))
+        for address, nbytes, name, past in pads:
+            if nbytes:
+                C.memset(address, PAD_BYTE, nbytes)
+                self._pads.append((address, nbytes, name, past))
+
+    def pad_writes(self) -> str | None:
+        """What a body wrote into the bytes just before or after a tensor that its page guards do not
+        cover (None: nothing): on the device that is another allocation's data."""
+        for address, nbytes, name, past in self._pads:
+            if _memcmp(address, _PAD_REFERENCE, nbytes) == 0:
+                continue
+            changed = [i for i, b in enumerate(C.string_at(address, nbytes)) if b != PAD_BYTE]
+            if past:  # the changed byte nearest the tensor
+                where = f"{changed[0]} bytes after the last byte of tensor {name}"
+            else:
+                where = f"{nbytes - changed[-1]} bytes before the first byte of tensor {name}"
+            return (
+                f"a write {where}, inside the 16-byte alignment the emulator keeps around each tensor, where no "
+                f"page guard can fault (on the device, other data)"
+            )
+        return None
 
     def copy_in(self) -> None:
         for lo, nbytes, copy, _, _ in self._groups:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 GRID_AXES = ("x", "y", "z")
+CHOSEN_AT_RUN_TIME = "chosen at run time by grid"  # how describe() names a selected dimension
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Partition:
 
     def describe(self) -> str:
         parts = [f"dim {d} by grid {a}" for d, a in self.axes]
-        parts += [f"dim {d} chosen at run time by grid {a}" for d, a in self.selected]
+        parts += [f"dim {d} {CHOSEN_AT_RUN_TIME} {a}" for d, a in self.selected]
         return ", ".join(parts) or "whole"
 
 

@@ -140,3 +140,29 @@ def test_a_local_array_past_the_fiber_stack_is_a_stack_overflow(kernels, race_ke
     assert run.status == "detected", run
     assert run.report.startswith("stack overflow in task 5: thread 0 (warp 0, lane 0) at "), run.report
     assert "ran past its 128 KB stack (large local arrays, or deep recursion)" in run.report
+
+
+def test_the_alignment_pads_around_a_tensor_copy(kernels):
+    """A copy keeps its tensor's alignment modulo 16 and ends on a 16-byte boundary, so up to 15 bytes
+    on each side lie inside the mapping, where no guard page faults: they hold a value no body uses
+    unnoticed, and a write there is reported with the tensor."""
+    from mpk_runtime.run.host_memory import PAD_BYTE, GuardedTensors
+
+    base = torch.zeros(16, dtype=torch.int32)
+    qo = base[1:6]  # 20 bytes from 4 past a 16-byte boundary: 4 bytes of pad before, 8 after
+    memory = GuardedTensors(kernels.module, {}, {"qo_indptr_buffer": qo}, written=set())
+    try:
+        address = memory.pointers["meta.qo_indptr_buffer"]
+        assert memory.pad_writes() is None
+        assert C.string_at(address + 20, 8) == bytes([PAD_BYTE]) * 8
+        assert C.string_at(address - 4, 4) == bytes([PAD_BYTE]) * 4
+        C.memset(address + 24, 0, 4)  # qo[6]
+        assert memory.pad_writes() == (
+            "a write 4 bytes after the last byte of tensor meta.qo_indptr_buffer, inside the 16-byte alignment the "
+            "emulator keeps around each tensor, where no page guard can fault (on the device, other data)"
+        )
+        C.memset(address + 24, PAD_BYTE, 4)
+        C.memset(address - 2, 1, 1)
+        assert str(memory.pad_writes()).startswith("a write 2 bytes before the first byte of tensor meta.qo_indptr_buffer,")
+    finally:
+        memory.free()

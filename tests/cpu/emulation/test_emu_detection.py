@@ -192,6 +192,15 @@ def test_dynamic_shared_memory_overflow(race_kernels):
     assert report.endswith(", past the 64 bytes the task was given")
 
 
+def test_dynamic_shared_memory_overflow_without_race_checking(kernels):
+    """The default build finds the write too (a canary past the task's bytes), without the thread."""
+    report = detected(kernels, "smem_overflow", dynamic_smem=64)
+    assert report.startswith(
+        "dynamic shared memory overflow in task 5: bytes 64..127 of dynamic shared memory were written, "
+        "past the 64 bytes the task was given"
+    ), report
+
+
 def test_misaligned_vector_access(race_kernels):
     report = detected(race_kernels, "misaligned_vector", out_words(1))
     assert report == (

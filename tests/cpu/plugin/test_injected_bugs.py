@@ -261,3 +261,42 @@ def test_rmsnorm_that_never_ends(pytester, inject, monkeypatch):
             f"still running at {at}:*"
         ]
     )
+
+
+def test_a_store_one_past_the_last_row_lands_in_the_alignment_pad(pytester, inject):
+    """c <= HIDDEN: each row's extra element goes into the next row (a mismatch), and the last row's
+    into the bytes after the output that the emulator's page guard cannot cover (5005 bfloat16 end 6
+    bytes short of 16): reported with the tensor, the side and the distance."""
+    inject(
+        "tasks/common/rmsnorm.cuh",
+        "for (int c = threadIdx.x; c < HIDDEN; c += kWorkerThreads)\n        yr[c]",
+        "for (int c = threadIdx.x; c <= HIDDEN; c += kWorkerThreads)\n        yr[c]",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b5_h1001")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "emulated iteration 0, task 4 * (layer rmsnorm_0, rmsnorm): out-of-bounds access in task 4: a write 0 "
+            "bytes after the last byte of tensor output, inside the 16-byte alignment *"
+        ]
+    )
+
+
+def test_a_body_that_writes_a_meta_tensor_it_only_reads(pytester, inject):
+    """The tasks of an iteration only read the page table and the other meta tensors prepare_next_batch
+    fills (a sampling layer's output tokens aside): a body that uses one as scratch is named at once,
+    before the next call of prepare_next_batch plans from what it left."""
+    inject(
+        "tasks/common/rmsnorm.cuh",
+        "  for (int r = 0; r < live; ++r) {\n",
+        "  if (threadIdx.x == 0) rt.meta.paged_kv_last_page_len[0] = -1;\n  for (int r = 0; r < live; ++r) {\n",
+    )
+    result = run_scene(pytester, "rmsnorm/test_rmsnorm.py", "TestRMSNorm::b8_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "emulated iteration 0, task * (layer rmsnorm_0, rmsnorm): write into a meta tensor in task *: "
+            "paged_kv_last_page_len[[]0[]] holds -1 where prepare_next_batch left *, and no layer of the graph writes "
+            "paged_kv_last_page_len *"
+        ]
+    )

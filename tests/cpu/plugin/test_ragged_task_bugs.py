@@ -1,0 +1,74 @@
+"""Bugs injected into a task of the user's own that reads the batch (ragged_task/: one task per request
+slot, its rows from qo_indptr, declared as README says), run emulated through the plugin. Each passed
+every case before the emulator checked for it: a task that writes into the next request's rows (its
+slice is the whole dimension, so only the golden could see it, and only when it ran last), the page
+table used as scratch, and shared memory past what the spec gives the task."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cpu_helpers import fixed_copy
+
+RAGGED_TASK = Path(__file__).resolve().parent / "ragged_task"
+LOOP = "      out[at] = from_float<T>(v * static_cast<float>(i + 1) * inv_n);\n"
+
+
+def body(old: str = "", new: str = "") -> Path:
+    text = (RAGGED_TASK / "ragged.cuh").read_text()
+    if old:
+        assert text.count(old) == 1, f"ragged_task/ragged.cuh no longer holds {old!r}; update this test"
+        text = text.replace(old, new)
+    return fixed_copy("mpk-ragged-task", "ragged.cuh", text)
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
+    for name in ("ragged_spec.py", "pytorch_reference.py"):
+        shutil.copy(RAGGED_TASK / name, pytester.path / name)
+    shutil.copy(RAGGED_TASK / "ragged_scene.py", pytester.path / "test_ragged.py")
+    monkeypatch.setenv("RAGGED_TASK_HEADER", str(header))
+    # A process of its own: the task registry is the process's, and each test registers another body.
+    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
+
+
+def test_the_correct_body_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(pytester, monkeypatch, body()).assert_outcomes(passed=4)
+
+
+def test_a_write_into_the_next_request_s_first_row_fails_in_either_order(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slot x also writes the row after its last (while that row is another request's): the golden
+    sees it only where slot x ran after slot x + 1; the overlap is seen whichever ran first."""
+    wrong = LOOP + "      if (i == n - 1 && q0 + n < rt.num_active_tokens()) out[at + C] = from_float<T>(v);\n"
+    result = run(pytester, monkeypatch, body(LOOP, wrong))
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*overlapping writes in task *: output[[]*, 0[]] changed by task * (ragged_scale_0[[]*[]]), which task * "
+            "(ragged_scale_0[[]*[]]) of the same layer changed earlier in this iteration: layer ragged_scale_0 picks "
+            "its part of output at run time (a selected partition), *"
+        ]
+    )
+
+
+def test_the_page_table_used_as_scratch_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = "  if (threadIdx.x == 0) rt.meta.paged_kv_last_page_len[x] = -1;\n  float *red"
+    result = run(pytester, monkeypatch, body("  float *red", scratch))
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(
+        ["*write into a meta tensor in task *: paged_kv_last_page_len[[]*[]] holds -1 where prepare_next_batch left *"]
+    )
+
+
+def test_shared_memory_past_what_the_spec_gives_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec asks for one float a thread; the body reduces over 2 a thread."""
+    result = run(
+        pytester,
+        monkeypatch,
+        body("  red[threadIdx.x] = part;\n", "  red[threadIdx.x] = part;\n  red[threadIdx.x + kWorkerThreads] = 0.f;\n"),
+    )
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*dynamic shared memory overflow in task *: bytes 1024..2047 of dynamic shared memory *"])
