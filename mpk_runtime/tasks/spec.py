@@ -162,7 +162,20 @@ class TaskSpec:
         from its input slices (and, for tasks that read the meta tensors, ``ctx``). Default: the
         layer's canonical reference applied to the slices."""
         fn = references.find(self.reference or self.name, search=[self.declared_in()], layer=self.name)
-        result = fn(**inputs, **{k: values[k] for k in self.scalars})
+        given = {**inputs, **{k: values[k] for k in self.scalars}}
+        try:
+            inspect.signature(fn).bind(**given)
+        except TypeError as e:
+            picked = [n for n, part in {**self.inputs, **self.outputs}.items() if part.runtime_disjoint]
+            verb = "is" if len(picked) == 1 else "are"
+            why = f"{', '.join(picked)} {verb} chosen at run time (selected), so " if picked else ""
+            raise ConfigError(
+                f"{self.name}: the emulate-ref backend computes a task by calling {fn.__name__}() of its reference on "
+                f"the task's slices ({', '.join(given) or 'no arguments'}), which does not fit its signature: {e}. {why}"
+                "override TaskSpec.emulate(inputs, outputs, values, ctx) in the spec: ctx.meta holds the iteration's "
+                "meta tensors and ctx.grid_idx the task (mpk_runtime/tasks/paged_attention.py does)"
+            ) from None
+        result = fn(**given)
         if isinstance(result, (tuple, list)):
             result = dict(zip(outputs, result))
         elif not isinstance(result, dict):

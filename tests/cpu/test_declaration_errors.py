@@ -356,6 +356,32 @@ def test_a_spec_declared_outside_the_repository_finds_its_reference_beside_it(tm
     assert out.tolist() == [0.0, 3.0, 6.0, 9.0]
 
 
+def test_a_reference_that_needs_the_meta_tensors_asks_for_an_emulate_override(tmp_path, monkeypatch):
+    """A task that picks its rows at run time has a reference taking the batch (qo_indptr, ...), which
+    the slices alone cannot give: the emulate-ref backend says to override emulate, not TypeError."""
+    import importlib.util
+    import sys
+
+    (tmp_path / "pytorch_reference.py").write_text("def ragged_probe(input, qo_indptr):\n    return input\n")
+    (tmp_path / "ragged_spec.py").write_text(
+        "from mpk_runtime.tasks.registry import TaskSpec, selected\n\n"
+        "class RaggedProbe(TaskSpec):\n    name = 'ragged_probe'\n    inputs = {'input': selected(x=0)}\n"
+        "    outputs = {'output': selected(x=0)}\n"
+    )
+    loader = importlib.util.spec_from_file_location("ragged_spec_for_this_test", tmp_path / "ragged_spec.py")
+    module = importlib.util.module_from_spec(loader)
+    monkeypatch.setitem(sys.modules, "ragged_spec_for_this_test", module)
+    loader.loader.exec_module(module)
+    with pytest.raises(ConfigError) as e:
+        module.RaggedProbe().emulate({"input": torch.zeros(4)}, {"output": torch.zeros(4)}, {}, None)
+    assert str(e.value) == (
+        "ragged_probe: the emulate-ref backend computes a task by calling ragged_probe() of its reference on the task's "
+        "slices (input), which does not fit its signature: missing a required argument: 'qo_indptr'. input, output are "
+        "chosen at run time (selected), so override TaskSpec.emulate(inputs, outputs, values, ctx) in the spec: ctx.meta "
+        "holds the iteration's meta tensors and ctx.grid_idx the task (mpk_runtime/tasks/paged_attention.py does)"
+    )
+
+
 def test_a_registration_hook_that_fails_leaves_nothing_registered(monkeypatch):
     """What registering a task makes (the layer method, ...) failing: the spec is taken out again, so
     that once fixed it can be registered in the same session (it had stayed, "already registered")."""
