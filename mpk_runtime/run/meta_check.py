@@ -61,8 +61,16 @@ def check_test_launch(
         planner.prepare_next_batch(1)  # the device's second call: finalize the iteration, then stop
     found = disagreement(after, model)
     if found is not None:
+        name = next(n for n in after if not torch.equal(after[n], model[n]))
+        suspect = (
+            ""
+            if name in written
+            else f"; no layer writes {FIELD_OF.get(name, name)}, so a task that should only read it may have written this "
+            "value instead: the emulated run (--mpk-backend emulate) checks what each task writes"
+        )
         raise KernelError(
-            f"after the test-mode launch, prepare_next_batch on the GPU ({DEVICE_CODE}) and its Python model ({MODEL}) {found}"
+            f"after the test-mode launch, prepare_next_batch on the GPU ({DEVICE_CODE}) and its Python model ({MODEL}) "
+            f"{found}{suspect}"
         )
 
 

@@ -45,6 +45,20 @@ def test_a_last_page_length_of_zero_for_a_full_page_is_named() -> None:
     )
 
 
+def test_a_meta_tensor_a_task_wrote_is_named_as_possibly_the_task_s() -> None:
+    """A task that uses paged_kv_last_page_len as scratch leaves the same trace as a planner bug: the
+    report says both, since no layer declares the tensor as an output."""
+    cfg, before = setup(test_mode=True, max_num_batched_tokens=8, max_seq_length=16, page_size=4, max_num_pages=4)
+    after = launch(cfg, before, sampled=5)
+    after["paged_kv_last_page_len_buffer"][0] = -1
+    with pytest.raises(KernelError) as e:
+        check_test_launch(cfg, before, after, written={"output_tokens"})
+    assert str(e.value).endswith(
+        "; no layer writes paged_kv_last_page_len, so a task that should only read it may have written this value "
+        "instead: the emulated run (--mpk-backend emulate) checks what each task writes"
+    )
+
+
 def test_the_check_models_only_test_mode() -> None:
     cfg, before = setup(test_mode=False)
     with pytest.raises(ValueError, match="test-mode launch"):
