@@ -208,9 +208,7 @@ def check_test_launch(pk: Any, before: dict[str, Any]) -> None:
     from .run import meta_check
 
     after = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
-    written_names = {t.name for t in pk.compiled_graph.tensors if t.direction != "IN"}
-    written_at = {
-        pk._graph.tensors[n].data.data_ptr() for n in written_names if getattr(pk._graph.tensors.get(n), "data", None) is not None
-    }
-    written = {k for k, v in pk.meta_tensors.items() if v.data_ptr() in written_at}
+    names = {t.name for t in pk.compiled_graph.tensors if t.direction != "IN"}
+    data = [getattr(pk._graph.tensors.get(n), "data", None) for n in names]
+    written = meta_check.meta_written(pk.meta_tensors, [d for d in data if d is not None])
     meta_check.check_test_launch(pk._batch, before, after, written)

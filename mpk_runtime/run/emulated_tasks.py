@@ -25,6 +25,7 @@ from .disjoint_writes import DisjointWrites
 from .host_batching import HostPlanner
 from .host_memory import GuardedTensors
 from .host_runner import HostModule
+from .meta_check import meta_written
 
 MASK64 = (1 << 64) - 1
 
@@ -94,16 +95,6 @@ def slice_view(tensors: dict[str, torch.Tensor], s: SliceRef, token_dim: int | N
     return t[tuple(slice(lo, hi) for lo, hi in bounds)]
 
 
-def _meta_written(meta: dict[str, torch.Tensor], written: list[torch.Tensor]) -> set[str]:
-    """The meta tensors whose bytes a graph tensor some layer writes shares (output tokens, ...)."""
-
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
-
-    spans = [span(t) for t in written if t.numel()]
-    return {n for n, m in meta.items() if m.numel() and any(lo < span(m)[1] and span(m)[0] < hi for lo, hi in spans)}
-
-
 class HostTasks:
     """The CUDA bodies compiled for the host, on guarded copies of the tensors (allocated once per
     kernel, copied in and out per launch). ``check``: a race-checking module (races, uninitialized
@@ -124,7 +115,7 @@ class HostTasks:
         self.time_limit_s = time_limit_s
         written = {t.name for t in graph.tensors if t.direction != "IN"}
         self.memory = GuardedTensors(module, tensors, meta, written)
-        self.meta_written = _meta_written(meta, [tensors[n] for n in written])
+        self.meta_written = meta_written(meta, [tensors[n] for n in written])
         self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))

@@ -39,6 +39,17 @@ def disagreement(device: dict[str, torch.Tensor], model: dict[str, torch.Tensor]
     return None
 
 
+def meta_written(meta: dict[str, torch.Tensor], written: list[torch.Tensor]) -> set[str]:
+    """The meta tensors whose bytes a graph tensor that some layer writes shares (a sampling layer's
+    output tokens): the tasks' values of those are the launch's; every other is prepare_next_batch's."""
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+    spans = [span(t) for t in written if t.numel()]
+    return {n for n, m in meta.items() if m.numel() and any(lo < span(m)[1] and span(m)[0] < hi for lo, hi in spans)}
+
+
 def check_test_launch(
     cfg: BatchConfig, before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], written: set[str]
 ) -> None:
