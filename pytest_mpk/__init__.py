@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, active_tokens, first_batch_meta, model_batches, scene_test
+from .batches import active_tokens, batch_params, requests
+from .scene import Case, Expected, InOut, Out, PerRank, SceneTestCase, first_batch_meta, model_batches, scene_test
 
 __all__ = [
     "Case",
@@ -12,7 +13,9 @@ __all__ = [
     "PerRank",
     "SceneTestCase",
     "active_tokens",
+    "batch_params",
     "first_batch_meta",
     "model_batches",
+    "requests",
     "scene_test",
 ]

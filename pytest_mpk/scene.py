@@ -183,28 +183,6 @@ def first_batch_meta(kernel_params: dict[str, Any]) -> Any:
     return types.SimpleNamespace(**model(_in_test_mode(kernel_params)))
 
 
-def active_tokens(rows: int, active: int) -> dict[str, Any]:
-    """``kernel_params`` for a batch of ``rows`` token rows whose iteration has only ``active`` tokens
-    (one request with an ``active``-token prompt): layers compute the first ``active`` rows and leave
-    the rest alone, so the golden marks them unwritten
-    (``Expected(value, written=torch.arange(rows) < active)``)."""
-    import torch
-
-    for name, value in (("rows", rows), ("active", active)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"active_tokens: {name}={value!r} must be an int >= 1")
-    if active > rows:
-        raise ValueError(
-            f"active_tokens: active={active} tokens do not fit rows={rows}; give at most {rows} active tokens, or more rows"
-        )
-    return {
-        "max_num_batched_tokens": rows,
-        "max_seq_length": rows,
-        "max_num_pages": rows,
-        "meta_tensors": {"prompt_lengths": torch.tensor([active], dtype=torch.int32)},
-    }
-
-
 def model_batches(kernel_params: dict[str, Any]) -> Any:
     """Like ``first_batch_meta``, for every iteration of the launch (offline mode: many): an
     iterator of the meta tensors as each iteration sees them, for goldens that replay the batches."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from mpk_runtime.harness import find_reference
-from pytest_mpk import Case, Expected, InOut, Out, SceneTestCase, first_batch_meta
+from pytest_mpk import Case, Expected, InOut, Out, SceneTestCase, batch_params, first_batch_meta
 
 paged_attention = find_reference("paged_attention")
 paged_attention_batch = find_reference("paged_attention_batch", layer="paged_attention")
@@ -44,30 +44,15 @@ def case(name: str, archs=None, manual: bool = False, **params) -> Case:
     return Case(name, archs=archs, manual=manual, **{**DEFAULTS, **params})
 
 
-def first_chunk(prompt: int, history: int) -> int:
-    return prompt - history if prompt > history else 1
-
-
-def batch_params(params) -> dict:
+def scene_batch(params) -> dict:
     """PersistentKernel init parameters that batch the scene's requests in one test-mode iteration."""
-    reqs = params["requests"]
-    ps = params["page_size"]
-    tokens = params["tokens"] or sum(first_chunk(p, h) for p, h in reqs)
-    pages = sum(-(-(h + first_chunk(p, h)) // ps) for p, h in reqs) + 2  # two pages nobody gets
-    meta = {
-        "prompt_lengths": torch.tensor([p for p, _ in reqs], dtype=torch.int32),
-        "step": torch.tensor([h for _, h in reqs], dtype=torch.int32),
-    }
-    if params["shuffle_pages"]:
-        meta["paged_kv_indices_buffer"] = torch.randperm(pages, generator=torch.Generator().manual_seed(pages), dtype=torch.int32)
-    return {
-        "max_num_batched_tokens": tokens,
-        "max_num_batched_requests": params["slots"] or len(reqs),
-        "max_num_pages": pages,
-        "page_size": ps,
-        "max_seq_length": max(max(p, h + 1) for p, h in reqs) + 1,
-        "meta_tensors": meta,
-    }
+    return batch_params(
+        params["requests"],
+        tokens=params["tokens"],
+        slots=params["slots"],
+        page_size=params["page_size"],
+        shuffle_pages=params["shuffle_pages"],
+    )
 
 
 def fill_history(k_cache, v_cache, kernel_params, params, q_norm, k_norm, cos, sin) -> None:
@@ -99,7 +84,7 @@ class AttentionScene(SceneTestCase):
     PARAMS = tuple(DEFAULTS)
 
     def kernel_params(self, params):
-        return batch_params(params)
+        return scene_batch(params)
 
     def generate_args(self, params):
         kp = self.kernel_params(params)

@@ -6,9 +6,9 @@ their cache slots, and that no other slot changes."""
 
 from hypothesis import strategies as st
 
-from pytest_mpk import SceneTestCase, model_batches, scene_test
+from pytest_mpk import SceneTestCase, model_batches, requests, scene_test
 
-from .common import DEFAULTS, AttentionScene, batch_params, case, golden
+from .common import DEFAULTS, AttentionScene, case, golden, scene_batch
 
 
 @scene_test(layer="paged_attention")
@@ -152,7 +152,7 @@ class TestOffline(AttentionScene):
     ]
 
     def kernel_params(self, params):
-        kp = batch_params(params)
+        kp = scene_batch(params)
         rows = -(-kp["max_seq_length"] // params["page_size"])
         return {**kp, "test_mode": False, "max_num_pages": len(params["requests"]) * rows + 2}
 
@@ -169,7 +169,7 @@ class TestSweep(AttentionScene):
 
     SWEEP = {
         **{k: st.just(v) for k, v in DEFAULTS.items()},
-        "requests": st.lists(st.tuples(st.integers(1, 48), st.integers(0, 80)), min_size=1, max_size=4).map(tuple),
+        "requests": requests(max_requests=4, max_prompt=48, max_history=80),
         "page_size": st.sampled_from([16, 32, 64, 128]),
         "shuffle_pages": st.booleans(),
         "splits": st.just(4),

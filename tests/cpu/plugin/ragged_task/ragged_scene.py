@@ -2,11 +2,7 @@ import ragged_spec  # noqa: F401  registers ragged_scale
 import torch
 from pytorch_reference import ragged_scale
 
-from pytest_mpk import Case, Expected, Out, SceneTestCase, first_batch_meta, scene_test
-
-
-def first_chunk(prompt: int, history: int) -> int:
-    return prompt - history if prompt > history else 1
+from pytest_mpk import Case, Expected, Out, SceneTestCase, batch_params, first_batch_meta, scene_test
 
 
 @scene_test(layer="ragged_scale")
@@ -20,19 +16,7 @@ class TestRagged(SceneTestCase):
     ]
 
     def kernel_params(self, params):
-        reqs = params["requests"]  # (prompt length, tokens already cached) per request
-        tokens = params["tokens"] or sum(first_chunk(p, h) for p, h in reqs)
-        return {
-            "max_num_batched_tokens": tokens,
-            "max_num_batched_requests": params["slots"] or len(reqs),
-            "max_num_pages": sum(-(-(h + first_chunk(p, h)) // 16) for p, h in reqs) + 2,
-            "page_size": 16,
-            "max_seq_length": max(max(p, h + 1) for p, h in reqs) + 1,
-            "meta_tensors": {
-                "prompt_lengths": torch.tensor([p for p, _ in reqs], dtype=torch.int32),
-                "step": torch.tensor([h for _, h in reqs], dtype=torch.int32),
-            },
-        }
+        return batch_params(params["requests"], tokens=params["tokens"], slots=params["slots"])
 
     def generate_args(self, params):
         kp = self.kernel_params(params)
