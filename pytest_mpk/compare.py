@@ -77,6 +77,13 @@ POISON_BITS = {
 }
 
 
+COMPUTED_NAN = (
+    " computed by the kernel (not the poison's bits: 0/0, inf - inf, a NaN input, or poison read before it was "
+    "written: an output or pk.new_tensor read before a task wrote it, or a dependency the declared slices miss; "
+    "--mpk-emulate-check names such a read)"
+)
+
+
 def poison_value(dtype: torch.dtype) -> float | int | bool:
     """What ``poison`` fills with: NaN (with the payload of POISON_BITS), True, or the integer
     furthest from 0 (the minimum; for an unsigned type the maximum, as its minimum, 0, is what kernels
@@ -196,7 +203,7 @@ def report(
     unwritten = holds_poison(actual) & nan if actual.dtype.is_floating_point else torch.zeros_like(nan)
     for label, mask, what in (
         ("NaN", unwritten, " with the poison's bits (never written, or copied from an element never written)"),
-        ("NaN", nan & ~unwritten, " computed by the kernel (not the poison's bits: 0/0, inf - inf, or from a NaN input)"),
+        ("NaN", nan & ~unwritten, COMPUTED_NAN),
         ("inf", torch.isinf(a), ""),
     ):
         count = int(mask.sum())

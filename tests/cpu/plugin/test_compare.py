@@ -109,7 +109,9 @@ def test_report_locates_nan_and_inf() -> None:
     lines = report_of(actual, expected)
     assert lines[0].endswith("3 of 12 elements (25%)")
     assert lines[1] == (
-        "  NaN in the output: 1 computed by the kernel (not the poison's bits: 0/0, inf - inf, or from a NaN input), "
+        "  NaN in the output: 1 computed by the kernel (not the poison's bits: 0/0, inf - inf, a NaN input, or "
+        "poison read before it was written: an output or pk.new_tensor read before a task wrote it, or a dependency "
+        "the declared slices miss; --mpk-emulate-check names such a read), "
         "first at (1, 2)"
     )
     assert lines[2] == "  inf in the output: 2, first at (2, 0), (2, 3)"

@@ -300,3 +300,28 @@ def test_a_body_that_writes_a_meta_tensor_it_only_reads(pytester, inject):
             "paged_kv_last_page_len *"
         ]
     )
+
+
+def test_a_body_that_adds_into_an_intermediate_it_never_cleared(pytester, inject, monkeypatch):
+    """rmsnorm adds its result to what its output held: pk.new_tensor memory is poisoned before the
+    run, so the consumer's output fails whatever the allocation held. Here it holds zeros, which had
+    let the bug pass (torch.empty's memory often does)."""
+    from mpk_runtime.graph.task_graph import TaskGraph
+
+    allocate = TaskGraph.add_intermediate
+
+    def zeroed(self, *args, **kwargs):
+        t = allocate(self, *args, **kwargs)
+        t.data.zero_()
+        return t
+
+    monkeypatch.setattr(TaskGraph, "add_intermediate", zeroed)
+    inject(
+        "tasks/common/rmsnorm.cuh",
+        "          store16(yr + c * V, o);",
+        "          float was[V];\n          load16(yr + c * V, was);\n"
+        "          for (int k = 0; k < V; ++k) o[k] += was[k];\n          store16(yr + c * V, o);",
+    )
+    result = run_scene_file(pytester, "pipelines/test_diamond.py", "TestDiamond::b4_h1024")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NaN in the output: 4096 computed by the kernel (*pk.new_tensor read before a task wrote it*"])
