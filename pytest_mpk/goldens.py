@@ -111,7 +111,8 @@ def compare_outputs(
             compare.check_golden(golden_from, name, want.value if isinstance(want, Expected) else want, actual[name])
             owner = None
             if graph is not None:
-                owner = token_rows.with_rows(guards.owner_of(graph, name), token_rows.token_dim_of(graph, name), meta)
+                dim = token_rows.token_dim_of(graph, name)
+                owner = token_rows.with_rows(guards.owner_of(graph, name), dim, meta, tuple(actual[name].shape))
             if isinstance(want, Expected):
                 compare.check_expected(name, actual[name], want, before[name], rtol, atol, owner)
             else:

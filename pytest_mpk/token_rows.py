@@ -36,9 +36,11 @@ def describe_row(row: int, meta: dict[str, Any]) -> str:
 
 
 def with_rows(
-    where: Callable[[tuple[int, ...]], str], dim: int | None, meta: dict[str, Any] | None
+    where: Callable[[tuple[int, ...]], str], dim: int | None, meta: dict[str, Any] | None, shape: tuple[int, ...]
 ) -> Callable[[tuple[int, ...]], str]:
-    """``where``, followed by the request and position of the element's token row where it has one."""
-    if dim is None or meta is None:
+    """``where``, followed by the request and position of the element's token row where it has one:
+    as Runtime::active_rows has it, only a dim of max_num_batched_tokens rows holds the batch (of
+    another size it is computed whole)."""
+    if dim is None or meta is None or shape[dim] != meta["input_tokens"].shape[0]:
         return where
     return lambda index: f"{where(index)}; {describe_row(index[dim], meta)}"

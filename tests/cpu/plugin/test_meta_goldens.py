@@ -149,3 +149,22 @@ def test_a_row_off_is_named_by_its_request_and_position(pytester: pytest.Pyteste
             "request 0's token at position 5 (its new token 1 of 3)"
         ]
     )
+
+
+def test_rows_of_a_dim_that_is_not_the_token_batch_get_no_request(pytester: pytest.Pytester, scenes) -> None:
+    """8 rows where max_num_batched_tokens is 4: not a token batch, so every row is computed, and a
+    row off is not called past the iteration's tokens."""
+    scene = (
+        ACTIVE_ROWS.format(limit="8")
+        .replace('"max_num_batched_tokens": 8', '"max_num_batched_tokens": 4')
+        .replace("assert active == 3 and args.meta.qo_indptr_buffer.tolist() == [0, 3]", "")
+        .replace(
+            "return Expected(rmsnorm(args.input, args.weight), written=written)",
+            "value = rmsnorm(args.input, args.weight)\n        value[6, 3] += 1\n        return Expected(value, written=written)",
+        )
+    )
+    pytester.makepyfile(test_scene=scene)
+    result = pytester.runpytest_inprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["  the first element off, (6, 3): its output slice: task 6 (*) writes output[[]6:7, 0:256[]]"])
+    result.stdout.no_fnmatch_line("*row 6 is*")
