@@ -21,11 +21,11 @@ from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
 from ..tasks import registry
 from ..tasks.spec import EmulationContext, TaskFailure
 from . import batching, diagnostics
-from .disjoint_writes import DisjointWrites
 from .host_batching import HostPlanner
 from .host_memory import GuardedTensors
 from .host_runner import HostModule
 from .meta_check import meta_written
+from .task_writes import TaskWrites
 
 MASK64 = (1 << 64) - 1
 
@@ -119,20 +119,20 @@ class HostTasks:
         self.descs = [abi.pack_task(t, graph.layers[t.layer], self.memory.pointers) for t in graph.tasks]
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))
-        self.disjoint = DisjointWrites(graph, self.memory.views)
+        self.writes = TaskWrites(graph, self.memory.views)
 
     def begin(self) -> None:
         self.memory.copy_in()
         self.planner = HostPlanner(self.module, self.cfg, self.memory.meta, self.meta_written)
 
     def prepare_next_batch(self, iteration: int) -> bool:
-        self.disjoint.new_iteration()
+        self.writes.new_iteration()
         return self.planner.prepare_next_batch(iteration)
 
     def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
         # The threads' order between synchronization points: shuffled, from the launch, task and iteration.
         order_seed = (seed * 0x9E3779B97F4A7C15 + t.id * 0xBF58476D1CE4E5B9 + iteration) & MASK64
-        before = self.disjoint.before(t)
+        before = self.writes.before(t)
         run = self.module.run_task(
             t.variant,
             self.descs[t.id],
@@ -149,8 +149,8 @@ class HostTasks:
                 report = f"out-of-bounds access in task {t.id}: {pad}"
             elif (meta := self.planner.task_writes()) is not None:
                 report = f"write into a meta tensor in task {t.id}: {meta}"
-            elif (overlap := self.disjoint.after(t, before)) is not None:
-                report = f"overlapping writes in task {t.id}: {overlap}"
+            elif (wrote := self.writes.after(t, before)) is not None:
+                report = f"write outside the task's part of an output in task {t.id}: {wrote}"
             else:
                 return
         elif run.task_error is not None:

@@ -47,7 +47,8 @@ def test_a_write_into_the_next_request_s_first_row_fails_in_either_order(
     result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(
         [
-            "*overlapping writes in task *: output[[]*, 0[]] changed by task * (ragged_scale_0[[]*[]]), which task * "
+            "*write outside the task's part of an output in task *: output[[]*, 0[]] changed by task * "
+            "(ragged_scale_0[[]*[]]), which task * "
             "(ragged_scale_0[[]*[]]) of the same layer changed earlier in this iteration: layer ragged_scale_0 picks "
             "its part of output at run time (a selected partition), *"
         ]
