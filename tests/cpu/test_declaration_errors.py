@@ -332,23 +332,31 @@ def test_a_spec_without_template_args_says_so(make_pk, monkeypatch):
         pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
 
 
+def _spec_module(tmp_path, monkeypatch, cls: str, name: str, partition: str):
+    """A module in ``tmp_path`` declaring spec ``cls`` (task ``name``: input to output, both cut by
+    ``partition``), imported as any module is."""
+    import importlib.util
+    import sys
+
+    function = partition.split("(")[0]
+    (tmp_path / f"{name}_spec.py").write_text(
+        f"from mpk_runtime.tasks.registry import TaskSpec, {function}\n\n"
+        f"class {cls}(TaskSpec):\n    name = {name!r}\n    inputs = {{'input': {partition}}}\n"
+        f"    outputs = {{'output': {partition}}}\n"
+    )
+    loader = importlib.util.spec_from_file_location(f"{name}_spec_for_this_test", tmp_path / f"{name}_spec.py")
+    module = importlib.util.module_from_spec(loader)
+    monkeypatch.setitem(sys.modules, f"{name}_spec_for_this_test", module)
+    loader.loader.exec_module(module)
+    return module
+
+
 def test_a_spec_declared_outside_the_repository_finds_its_reference_beside_it(tmp_path, monkeypatch):
     """The slice reference (--mpk-backend emulate-ref) of a task declared in a kernel engineer's own
     directory: the pytorch_reference.py beside the declaring module, as the scene's golden finds it
     (only reference/<name>/ in the repository had been searched)."""
-    import importlib.util
-    import sys
-
     (tmp_path / "pytorch_reference.py").write_text("def outside_probe(input):\n    return input * 3\n")
-    (tmp_path / "outside_spec.py").write_text(
-        "from mpk_runtime.tasks.registry import TaskSpec, split\n\n"
-        "class OutsideProbe(TaskSpec):\n    name = 'outside_probe'\n    inputs = {'input': split(x=0)}\n"
-        "    outputs = {'output': split(x=0)}\n"
-    )
-    loader = importlib.util.spec_from_file_location("outside_spec_for_this_test", tmp_path / "outside_spec.py")
-    module = importlib.util.module_from_spec(loader)
-    monkeypatch.setitem(sys.modules, "outside_spec_for_this_test", module)  # imported as any module is
-    loader.loader.exec_module(module)
+    module = _spec_module(tmp_path, monkeypatch, "OutsideProbe", "outside_probe", "split(x=0)")
     spec = module.OutsideProbe()
     assert spec.declared_in() == tmp_path
     out = torch.zeros(4)
@@ -359,19 +367,8 @@ def test_a_spec_declared_outside_the_repository_finds_its_reference_beside_it(tm
 def test_a_reference_that_needs_the_meta_tensors_asks_for_an_emulate_override(tmp_path, monkeypatch):
     """A task that picks its rows at run time has a reference taking the batch (qo_indptr, ...), which
     the slices alone cannot give: the emulate-ref backend says to override emulate, not TypeError."""
-    import importlib.util
-    import sys
-
     (tmp_path / "pytorch_reference.py").write_text("def ragged_probe(input, qo_indptr):\n    return input\n")
-    (tmp_path / "ragged_spec.py").write_text(
-        "from mpk_runtime.tasks.registry import TaskSpec, selected\n\n"
-        "class RaggedProbe(TaskSpec):\n    name = 'ragged_probe'\n    inputs = {'input': selected(x=0)}\n"
-        "    outputs = {'output': selected(x=0)}\n"
-    )
-    loader = importlib.util.spec_from_file_location("ragged_spec_for_this_test", tmp_path / "ragged_spec.py")
-    module = importlib.util.module_from_spec(loader)
-    monkeypatch.setitem(sys.modules, "ragged_spec_for_this_test", module)
-    loader.loader.exec_module(module)
+    module = _spec_module(tmp_path, monkeypatch, "RaggedProbe", "ragged_probe", "selected(x=0)")
     with pytest.raises(ConfigError) as e:
         module.RaggedProbe().emulate({"input": torch.zeros(4)}, {"output": torch.zeros(4)}, {}, None)
     assert str(e.value) == (

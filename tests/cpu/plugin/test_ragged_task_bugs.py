@@ -6,31 +6,21 @@ table used as scratch, and shared memory past what the spec gives the task."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from cpu_helpers import fixed_copy
+from own_task import patched, run_scene
 
 RAGGED_TASK = Path(__file__).resolve().parent / "ragged_task"
 LOOP = "      out[at] = from_float<T>(v * static_cast<float>(i + 1) * inv_n);\n"
 
 
 def body(old: str = "", new: str = "") -> Path:
-    text = (RAGGED_TASK / "ragged.cuh").read_text()
-    if old:
-        assert text.count(old) == 1, f"ragged_task/ragged.cuh no longer holds {old!r}; update this test"
-        text = text.replace(old, new)
-    return fixed_copy("mpk-ragged-task", "ragged.cuh", text)
+    return patched(RAGGED_TASK / "ragged.cuh", "mpk-ragged-task", old, new)
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
-    for name in ("ragged_spec.py", "pytorch_reference.py"):
-        shutil.copy(RAGGED_TASK / name, pytester.path / name)
-    shutil.copy(RAGGED_TASK / "ragged_scene.py", pytester.path / "test_ragged.py")
-    monkeypatch.setenv("RAGGED_TASK_HEADER", str(header))
-    # A process of its own: the task registry is the process's, and each test registers another body.
-    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
+    return run_scene(pytester, monkeypatch, RAGGED_TASK, "ragged_scene.py", "RAGGED_TASK_HEADER", header)
 
 
 def test_the_correct_body_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,33 +5,21 @@ wide softmax, and every case interleaved the workers in one order."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from cpu_helpers import fixed_copy
+from own_task import patched, run_scene
 
 USER_TASK = Path(__file__).resolve().parent / "user_task"
 CORRECT = "yr[c] = from_float<T>(__expf(row[c] - m) * inv);\n"
 
 
 def body(old: str = "", new: str = "") -> Path:
-    """The body with ``old`` replaced by ``new``, at a path named for its content (the same in every
-    run, so a later run finds its host module in the cache)."""
-    text = (USER_TASK / "softmax.cuh").read_text()
-    if old:
-        assert text.count(old) == 1, f"user_task/softmax.cuh no longer holds {old!r}; update this test"
-        text = text.replace(old, new)
-    return fixed_copy("mpk-user-task", "softmax.cuh", text)
+    return patched(USER_TASK / "softmax.cuh", "mpk-user-task", old, new)
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
-    for name in ("row_softmax_spec.py", "pytorch_reference.py"):
-        shutil.copy(USER_TASK / name, pytester.path / name)
-    shutil.copy(USER_TASK / "row_softmax_scene.py", pytester.path / "test_row_softmax.py")
-    monkeypatch.setenv("USER_TASK_HEADER", str(header))
-    # A process of its own: the task registry is the process's, and each test registers another body.
-    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
+    return run_scene(pytester, monkeypatch, USER_TASK, "row_softmax_scene.py", "USER_TASK_HEADER", header)
 
 
 def test_the_correct_body_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,35 @@
+"""A task of the user's own (declared outside mpk_runtime, as README's "Adding a task" says) run
+through the plugin with a body of the test's choosing: the folder's spec, reference and scene copied
+beside the pytester test, its header named by an environment variable the spec reads."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cpu_helpers import fixed_copy
+
+
+def patched(source: Path, prefix: str, old: str = "", new: str = "") -> Path:
+    """``source`` with ``old`` (which must occur once) replaced by ``new``, at a path named for its
+    content (the same in every run, so a later run finds its host module in the cache)."""
+    text = source.read_text()
+    if old:
+        assert text.count(old) == 1, f"{source.parent.name}/{source.name} no longer holds {old!r}; update this test"
+        text = text.replace(old, new)
+    return fixed_copy(prefix, source.name, text)
+
+
+def run_scene(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path, scene: str, env: str, header: Path
+) -> pytest.RunResult:
+    """``folder/<name>_scene.py`` as ``test_<name>.py`` beside the folder's other modules, built from
+    ``header``, emulated, in a process of its own: the task registry is the process's, and each test
+    registers another body."""
+    for module in folder.glob("*.py"):
+        if module.name != scene:
+            shutil.copy(module, pytester.path / module.name)
+    shutil.copy(folder / scene, pytester.path / f"test_{scene.removesuffix('_scene.py')}.py")
+    monkeypatch.setenv(env, str(header))
+    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
