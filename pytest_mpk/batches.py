@@ -72,8 +72,7 @@ def requests(max_requests: int = 4, max_prompt: int = 48, max_history: int = 80,
     """A Hypothesis strategy for ``batch_params``' requests: 1 to ``max_requests`` of them, each a
     prefill (history below the prompt), a decode (history at or past it), or a history that ends on
     a page boundary or one token past it (``page_size``). A ``SWEEP`` value:
-    ``{"requests": pytest_mpk.requests(), ...}``; each example's shapes share one build, as lengths
-    are run-time values."""
+    ``{"requests": pytest_mpk.requests(), ...}``."""
     from hypothesis import strategies as st
 
     edge = st.integers(0, max_history // page_size).flatmap(
