@@ -105,6 +105,14 @@ def poison(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(poison_value(t.dtype))
 
 
+def poison_intermediates(pk: Any) -> None:
+    """Poison the memory of a compiled kernel's ``pk.new_tensor`` intermediates, as outputs are: a
+    body that reads one before a task wrote it fails whatever the allocation held."""
+    for info in pk.compiled_graph.tensors:
+        if info.kind == "intermediate":
+            poison(pk.tensor(info.name))
+
+
 def holds_poison(t: torch.Tensor) -> torch.Tensor:
     """Where a float output still has the poison's bits (never written, or copied from such an element)."""
     if t.dtype not in POISON_BITS:

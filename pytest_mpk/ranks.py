@@ -30,7 +30,7 @@ import torch
 import mpk_runtime as mpk
 
 from . import devices, guards
-from .compare import GoldenError, poison
+from .compare import GoldenError, poison, poison_intermediates
 from .frames import is_scene_code
 from .goldens import as_outputs, compare_outputs, golden_of
 from .param_reads import check_all_read, copy_of
@@ -178,6 +178,7 @@ def run_in_process(
             rk = _Rank(scene, p, seed, torch.device("cpu"))
             rk.build(scene, p, _init(scene, p, setup, r, world))
             rk.pk.compile(output_dir=setup.artifacts)
+            poison_intermediates(rk.pk)
             ranks.append(rk)
         except (AssertionError, mpk.MpkError, SceneError) as e:
             failures[r] = f"{type(e).__name__}: {e}{_scene_frame(e)}"
@@ -292,6 +293,7 @@ def run_this_rank(
     def compile() -> None:
         assert rk is not None
         rk.pk.compile(output_dir=setup.artifacts)
+        poison_intermediates(rk.pk)
 
     def run() -> None:
         assert rk is not None

@@ -211,9 +211,7 @@ def _run_case(
             setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:
             return
-        for info in pk.compiled_graph.tensors:  # pk.new_tensor's memory: a task that reads before it writes fails
-            if info.kind == "intermediate":
-                compare.poison(pk.tensor(info.name))
+        compare.poison_intermediates(pk)
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
         meta_before = None
         if setup.backend == devices.GPU:

@@ -242,3 +242,25 @@ def test_summation_order_differences_on_both_sides_pass() -> None:
 def test_too_few_differences_say_nothing_about_rounding() -> None:
     exact = torch.randn(4, 32)
     compare.check("y", _truncate_to_bf16(exact), exact)  # at most 128 differ: below the count judged
+
+
+def test_a_kernel_s_intermediates_are_poisoned_and_its_attached_tensors_are_not() -> None:
+    """What the one-rank runner and each rank of a multi-rank case do after compile()."""
+    import mpk_runtime as mpk
+    from pytest_mpk.compare import holds_poison, poison_intermediates
+
+    params = mpk.PersistentKernel.get_default_init_parameters()
+    params.update(emulate="reference", target_cc=90, max_num_batched_tokens=2, max_seq_length=2, max_num_pages=2)
+    pk = mpk.PersistentKernel(**params)
+    x = pk.attach_input(torch.ones(2, 256, dtype=torch.bfloat16), "x")
+    w = pk.attach_input(torch.ones(256, dtype=torch.bfloat16), "w")
+    mid = pk.new_tensor((2, 256), torch.bfloat16, "mid")
+    out = pk.attach_input(torch.zeros(2, 256, dtype=torch.bfloat16), "out")
+    pk.rmsnorm_layer(input=x, weight=w, output=mid, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    pk.rmsnorm_layer(input=mid, weight=w, output=out, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+    pk.compile()
+    pk.tensor("mid").zero_()
+    poison_intermediates(pk)
+    assert holds_poison(pk.tensor("mid")).all()
+    assert not holds_poison(pk.tensor("out")).any() and bool((pk.tensor("x") == 1).all())
+    pk.finalize()
