@@ -212,8 +212,11 @@ def build_host_module(
         (tmp / "source.cpp").write_text(source)
         obj = tmp / "source.o"
         pch = shim_pch(flags, dirs)
+        # The debug lines and __FILE__ name the entry the build is renamed to, not tmp, which goes: an
+        # emulator report's "inlined at .../source.cpp:37" then points at a file that exists.
+        where = f"-ffile-prefix-map={tmp}={entry}"
         try:
-            _compile([*flags, "-include", str(pch) if pch else SHIM, "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
+            _compile([*flags, where, "-include", str(pch) if pch else SHIM, "-c", str(tmp / "source.cpp"), "-o", str(obj)], name)
         except BuildError as e:  # its lines name the source in tmp, which goes: name a copy that stays
             raise build_cache.naming_kept_source(e, tmp / "source.cpp", source, entry.name) from None
         _compile(["-shared", "-Wl,-z,defs", str(obj), str(archive), "-o", str(tmp / build_cache.MODULE)], name)

@@ -17,3 +17,16 @@ def test_a_path_out_of_the_checkout_is_absolute() -> None:
 def test_a_path_inside_it_stays_relative_and_others_are_left_alone() -> None:
     report = "at csrc/tasks/../../tests/cpu/emulation/faulty.cuh:12 (inlined at tests/cpu/emulation/faulty.cuh:40)"
     assert tidy_paths(report) == "at tests/cpu/emulation/faulty.cuh:12 (inlined at tests/cpu/emulation/faulty.cuh:40)"
+
+
+def test_a_host_module_names_its_cache_entry_not_the_directory_it_was_built_in() -> None:
+    """Reports name the generated dispatcher ("inlined at <...>/source.cpp:37"): the module's debug
+    lines point at source.cpp in its cache entry, which stays, not at the build directory, which goes."""
+    from emu_helpers import ARCH, HERE, kernels_source
+
+    # A source of its own: no entry built before the build named its entry has this key.
+    result = host.build_host_module(kernels_source() + "\n// entry paths\n", ARCH, "emu_paths_probe", include_dirs=[HERE])
+    image = result.path.read_bytes()
+    assert str(result.entry / "source.cpp").encode() in image
+    assert b"/.tmp-" not in image
+    assert (result.entry / "source.cpp").is_file()
