@@ -24,12 +24,13 @@ from collections.abc import Callable
 
 from .. import archs, contract, dtypes
 from ..errors import GraphError
+from ..tasks.partition import CHOSEN_AT_RUN_TIME
 from .compiled import CompiledGraph, LayerInfo, SliceRef, TaskInfo, TensorInfo
 from .schedule import POLICIES
 
 KINDS = ("attached", "intermediate", "workspace", "derived", "comm")
 _SPLIT = re.compile(r"^dim (\d+) by grid ([xyz])$")
-_SELECTED = re.compile(r"^dim (\d+) chosen at run time by grid ([xyz])$")  # the task sees the whole dim
+_SELECTED = re.compile(rf"^dim (\d+) {re.escape(CHOSEN_AT_RUN_TIME)} ([xyz])$")  # the task sees the whole dim
 
 
 def check_compiled(g: CompiledGraph, where: str) -> None:

@@ -21,7 +21,7 @@ from ..errors import EmulationError
 from .batching import BatchConfig, BatchPlanner, PagesExhausted
 from .device_graph import batch_state
 from .host_runner import HostModule
-from .meta_check import DEVICE_CODE, FIELD_OF, MODEL, disagreement
+from .meta_check import DEVICE_CODE, FIELD_OF, MODEL, disagreement, first_difference
 
 
 class HostPlanner:
@@ -75,17 +75,16 @@ class HostPlanner:
     def task_writes(self) -> str | None:
         """What a task changed in a meta tensor no layer writes, since prepare_next_batch filled it
         (None: nothing)."""
-        for name, t in self.meta.items():
-            if name in self.written or torch.equal(t, self.shadow[name]):
-                continue
-            index = tuple(int(i) for i in (t != self.shadow[name]).nonzero()[0])
-            field = FIELD_OF.get(name, name)
-            return (
-                f"{field}[{', '.join(map(str, index))}] holds {t[index].item()} where prepare_next_batch left "
-                f"{self.shadow[name][index].item()}, and no layer of the graph writes {field} (prepare_next_batch fills "
-                f"it; the tasks only read it); --mpk-emulate-check names the thread and line"
-            )
-        return None
+        read_only = {n: t for n, t in self.meta.items() if n not in self.written}
+        found = first_difference(read_only, self.shadow)
+        if found is None:
+            return None
+        at, name, now, left = found
+        field = FIELD_OF.get(name, name)
+        return (
+            f"{at} holds {now} where prepare_next_batch left {left}, and no layer of the graph writes {field} "
+            f"(prepare_next_batch fills it; the tasks only read it); --mpk-emulate-check names the thread and line"
+        )
 
     def _compare(self, where: str) -> None:
         found = disagreement(self.meta, self.shadow)

@@ -12,6 +12,8 @@ an idle slot) shows here, not in any output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import contract
@@ -23,20 +25,26 @@ DEVICE_CODE = "csrc/runtime/prepare_next_batch.cuh"
 MODEL = "mpk_runtime/run/batching.py"
 
 
+def first_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[str, str, Any, Any] | None:
+    """The first meta tensor of ``a`` that differs from ``b``: its field name, the first index that
+    differs (as text) and the two values there; None when all are equal."""
+    for name, x in a.items():
+        y = b[name]
+        if torch.equal(x, y):
+            continue
+        index = tuple(int(i) for i in (x != y).nonzero()[0])
+        return f"{FIELD_OF.get(name, name)}[{', '.join(map(str, index))}]", name, x[index].item(), y[index].item()
+    return None
+
+
 def disagreement(device: dict[str, torch.Tensor], model: dict[str, torch.Tensor]) -> str | None:
     """'disagree on <field>[i, j]: the device wrote a, the model b (...)' for the first meta tensor
     that differs, or None."""
-    for name, d in device.items():
-        m = model[name]
-        if torch.equal(d, m):
-            continue
-        index = tuple(int(i) for i in (d != m).nonzero()[0])
-        at = ", ".join(map(str, index))
-        return (
-            f"disagree on {FIELD_OF.get(name, name)}[{at}]: the device wrote {d[index].item()}, the model "
-            f"{m[index].item()} (device {_short(d)}, model {_short(m)})"
-        )
-    return None
+    found = first_difference(device, model)
+    if found is None:
+        return None
+    at, name, d, m = found
+    return f"disagree on {at}: the device wrote {d}, the model {m} (device {_short(device[name])}, model {_short(model[name])})"
 
 
 def meta_written(meta: dict[str, torch.Tensor], written: list[torch.Tensor]) -> set[str]:
@@ -70,9 +78,9 @@ def check_test_launch(
         model[name].copy_(after[name])
     if planned:
         planner.prepare_next_batch(1)  # the device's second call: finalize the iteration, then stop
-    found = disagreement(after, model)
-    if found is not None:
-        name = next(n for n in after if not torch.equal(after[n], model[n]))
+    first = first_difference(after, model)
+    if first is not None:
+        name = first[1]
         suspect = (
             ""
             if name in written
@@ -81,7 +89,7 @@ def check_test_launch(
         )
         raise KernelError(
             f"after the test-mode launch, prepare_next_batch on the GPU ({DEVICE_CODE}) and its Python model ({MODEL}) "
-            f"{found}{suspect}"
+            f"{disagreement(after, model)}{suspect}"
         )
 
 

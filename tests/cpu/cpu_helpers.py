@@ -107,3 +107,13 @@ def fixed_copy(prefix: str, relative: str, text: str) -> Path:
         tmp.write_text(text)
         tmp.replace(path)
     return path
+
+
+def patched_copy(source: Path, prefix: str, old: str = "", new: str = "", relative: str | None = None) -> Path:
+    """``source`` with ``old`` (which must occur once) replaced by ``new``, written by ``fixed_copy`` at
+    ``relative`` (default: the file's name) under a directory named for the content."""
+    text = source.read_text()
+    if old:
+        assert text.count(old) == 1, f"{source} no longer holds {old!r}; update this test"
+        text = text.replace(old, new)
+    return fixed_copy(prefix, relative or source.name, text)

@@ -1,6 +1,7 @@
 """A task of the user's own (declared outside mpk_runtime, as README's "Adding a task" says) run
-through the plugin with a body of the test's choosing: the folder's spec, reference and scene copied
-beside the pytester test, its header named by an environment variable the spec reads."""
+through the plugin with a body of the test's choosing (cpu_helpers.patched_copy): the folder's spec,
+reference and scene copied beside the pytester test, its header named by an environment variable the
+spec reads."""
 
 from __future__ import annotations
 
@@ -8,17 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cpu_helpers import fixed_copy
-
-
-def patched(source: Path, prefix: str, old: str = "", new: str = "") -> Path:
-    """``source`` with ``old`` (which must occur once) replaced by ``new``, at a path named for its
-    content (the same in every run, so a later run finds its host module in the cache)."""
-    text = source.read_text()
-    if old:
-        assert text.count(old) == 1, f"{source.parent.name}/{source.name} no longer holds {old!r}; update this test"
-        text = text.replace(old, new)
-    return fixed_copy(prefix, source.name, text)
 
 
 def run_scene(

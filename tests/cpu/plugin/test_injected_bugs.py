@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 
 import pytest
-from cpu_helpers import fixed_copy
+from cpu_helpers import patched_copy
 
 from mpk_runtime import resources
 from mpk_runtime.build import host
@@ -29,9 +29,7 @@ def inject(monkeypatch: pytest.MonkeyPatch):
     dirs: list[Path] = []
 
     def patch(header: str, old: str, new: str) -> str:
-        text = (resources.CSRC / header).read_text()
-        assert text.count(old) == 1, f"csrc/{header} no longer holds {old!r}; update this test"
-        copy = fixed_copy("mpk-injected", header, text.replace(old, new))
+        copy = patched_copy(resources.CSRC / header, "mpk-injected", old, new, relative=header)
         dirs.append(copy.parents[len(Path(header).parts) - 1])
         monkeypatch.setattr(start, "build_host_module", functools.partial(host.build_host_module, include_dirs=list(dirs)))
         return str(copy)

@@ -9,14 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from own_task import patched, run_scene
+from cpu_helpers import patched_copy
+from own_task import run_scene
 
 RAGGED_TASK = Path(__file__).resolve().parent / "ragged_task"
 LOOP = "      out[at] = from_float<T>(v * static_cast<float>(i + 1) * inv_n);\n"
 
 
 def body(old: str = "", new: str = "") -> Path:
-    return patched(RAGGED_TASK / "ragged.cuh", "mpk-ragged-task", old, new)
+    return patched_copy(RAGGED_TASK / "ragged.cuh", "mpk-ragged-task", old, new)
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, header: Path) -> pytest.RunResult:
