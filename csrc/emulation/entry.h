@@ -40,11 +40,13 @@ struct TaskFrame {
   MpkBatchConfig batch;
   MpkControl control;
   uint32_t variant;
+  uint32_t launch_id, iteration;  // what a worker's Runtime holds (runtime/worker.cuh)
+  unsigned long long absolute_iteration;
 };
 
 inline void run_task_thread(void *p) {
   auto &f = *static_cast<TaskFrame *>(p);
-  Runtime const rt{f.meta, f.batch, &f.control, 1u, 0u};
+  Runtime const rt{f.meta, f.batch, &f.control, f.launch_id, f.iteration, f.absolute_iteration};
   execute_task(f.variant, f.task, rt);
 }
 
@@ -82,6 +84,11 @@ typedef struct MpkEmuOptions {
   int32_t num_writable;
   int32_t time_limit_s;  // > 0: a task still running after this many seconds is stopped as a hang
   char const *slices;  // the same in words ("reads x[0:2, 0:64]; writes y[0:2, 0:64]"), for reports
+  // The task's Runtime: launch id (0 means 1, the first launch), iteration within the launch, and
+  // over every launch of the kernel. A task that tags state with them sees a relaunch as on the GPU.
+  uint32_t launch_id;
+  uint32_t iteration;
+  uint64_t absolute_iteration;
 } MpkEmuOptions;
 
 enum {
@@ -172,6 +179,9 @@ MPK_EMU_EXPORT int mpk_emu_run_task(uint32_t variant, void const *desc, MpkMeta 
   frame.meta = *meta;
   frame.batch = *batch;
   frame.variant = variant;
+  frame.launch_id = opt.launch_id ? opt.launch_id : 1u;
+  frame.iteration = opt.iteration;
+  frame.absolute_iteration = opt.absolute_iteration;
   RunConfig cfg = run_config(opt, frame.task.task_id, dynamic_smem_bytes);
   cfg.memory.host_lo = reinterpret_cast<uintptr_t>(&frame);
   cfg.memory.host_hi = cfg.memory.host_lo + sizeof frame;
@@ -186,7 +196,7 @@ MPK_EMU_EXPORT int mpk_emu_run_task(uint32_t variant, void const *desc, MpkMeta 
   } else {
     status = run_status(run_block(cfg, &run_task_thread, &frame, text));
   }
-  if (status == MPK_EMU_OK && frame.control.task_error_launch == 1u) {
+  if (status == MPK_EMU_OK && frame.control.task_error_launch == frame.launch_id) {
     status = MPK_EMU_TASK_ERROR;
     text = "task " + std::to_string(frame.control.task_error_task) + " reported error " +
            std::to_string(frame.control.task_error_code) + " (value " + std::to_string(frame.control.task_error_value) +

@@ -120,13 +120,20 @@ class HostTasks:
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))
         self.writes = TaskWrites(graph, self.memory.views)
+        # The Runtime's launch id and iterations, as the GPU's (runtime/host.cuh, worker.cuh): state a
+        # task tags with them is seen at a relaunch as there.
+        self.launches = self.iterations_before = self.iterations = 0
 
     def begin(self) -> None:
+        self.launches += 1
+        self.iterations_before += self.iterations
+        self.iterations = 0
         self.memory.copy_in()
         self.planner = HostPlanner(self.module, self.cfg, self.memory.meta, self.meta_written)
 
     def prepare_next_batch(self, iteration: int) -> bool:
         self.writes.new_iteration()
+        self.iterations = iteration
         return self.planner.prepare_next_batch(iteration)
 
     def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
@@ -142,6 +149,7 @@ class HostTasks:
             memory=self.task_memory[t.id],
             check_slices=self.check,
             time_limit_s=self.time_limit_s,
+            runtime=((self.launches - 1) % 0xFFFFFFFE + 1, iteration, self.iterations_before + iteration),
         )
         report = run.report
         if run.ok:

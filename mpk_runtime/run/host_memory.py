@@ -30,7 +30,8 @@ from collections.abc import Iterable
 import torch
 
 from ..graph.compiled import CompiledGraph, SliceRef, TaskInfo
-from .host_runner import HostModule, Memory, Range, Tensor
+from .emu_options import Memory, Range, Tensor
+from .host_runner import HostModule
 
 _memcmp = C.CDLL(None).memcmp  # libc's, through the process's own symbols
 _memcmp.argtypes = [C.c_void_p, C.c_void_p, C.c_size_t]

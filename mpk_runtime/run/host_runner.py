@@ -25,44 +25,12 @@ from ..build import host
 from ..build.host import build_host_module
 from ..codegen import abi
 from ..errors import BuildError, ConfigError
+from .emu_options import Memory, Options
 from .launcher import entry_points
 
 ORDERS = {"in_order": 0, "reversed": 1, "shuffled": 2}
 STATUS = {0: "ok", 1: "task_error", 2: "detected", 3: "invalid"}
 REPORT_BYTES = 16384
-
-
-class Tensor(C.Structure):  # MpkEmuTensor (csrc/emulation/block_runner.h)
-    _fields_ = [
-        ("lo", C.c_uint64),
-        ("hi", C.c_uint64),
-        ("name", C.c_char_p),
-        ("elem_size", C.c_int32),
-        ("ndim", C.c_int32),
-        ("shape", C.c_int64 * 6),
-    ]
-
-
-class Range(C.Structure):  # MpkEmuRange
-    _fields_ = [("lo", C.c_uint64), ("hi", C.c_uint64)]
-
-
-class Options(C.Structure):  # MpkEmuOptions (csrc/emulation/entry.h)
-    _fields_ = [
-        ("order", C.c_int32),
-        ("race_check", C.c_int32),
-        ("seed", C.c_uint64),
-        ("num_threads", C.c_int32),
-        ("check_slices", C.c_int32),
-        ("tensors", C.POINTER(Tensor)),
-        ("num_tensors", C.c_int32),
-        ("num_readable", C.c_int32),
-        ("readable", C.POINTER(Range)),
-        ("writable", C.POINTER(Range)),
-        ("num_writable", C.c_int32),
-        ("time_limit_s", C.c_int32),
-        ("slices", C.c_char_p),
-    ]
 
 
 # A source path in a report that climbs out of a directory: a user's task header included as
@@ -79,27 +47,6 @@ def tidy_paths(report: str) -> str:
         return str(path.relative_to(host.REPO)) if path.is_relative_to(host.REPO) else str(path)
 
     return CLIMBING_PATH.sub(tidy, report)
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What a run may address besides shared memory (see ``Memory`` in block_runner.h): the tensors,
-    named in reports, and, for slice checking, the byte ranges the task may read and write (sorted,
-    disjoint) with ``slices`` saying the same in words. The ctypes arrays are kept here."""
-
-    tensors: C.Array | None = None
-    readable: C.Array | None = None
-    writable: C.Array | None = None
-    slices: bytes = b""
-
-    def fill(self, opts: Options, check_slices: bool) -> None:
-        if self.tensors is not None:
-            opts.tensors, opts.num_tensors = self.tensors, len(self.tensors)
-        if check_slices and self.readable is not None and self.writable is not None:
-            opts.check_slices = 1
-            opts.readable, opts.num_readable = self.readable, len(self.readable)
-            opts.writable, opts.num_writable = self.writable, len(self.writable)
-            opts.slices = self.slices
 
 
 @dataclass(frozen=True)
@@ -213,12 +160,14 @@ class HostModule:
         memory: Memory | None = None,
         check_slices: bool = False,
         time_limit_s: int = 0,
+        runtime: tuple[int, int, int] = (1, 0, 0),
     ) -> TaskRun:
         """Run the task ``desc`` with dispatcher case ``variant``. ``order``: which runnable thread goes
         first between synchronization points ("in_order", "reversed", "shuffled" by ``seed``);
         ``race_check`` defaults to what the module was built with; ``memory`` names the tensors, and
         with ``check_slices`` (race checking) bounds every global access by its slices; ``time_limit_s``
-        > 0 stops a task still running after that many seconds and reports it as a hang."""
+        > 0 stops a task still running after that many seconds and reports it as a hang; ``runtime``: the
+        Runtime's launch id, iteration and absolute iteration."""
         if order not in ORDERS:
             raise ConfigError(f"order={order!r}; use one of {', '.join(ORDERS)}")
         if len(desc) != abi.TASK_DESC.size:
@@ -227,6 +176,7 @@ class HostModule:
         opts = Options(
             order=ORDERS[order], race_check=int(check), seed=seed, num_threads=num_threads, time_limit_s=max(0, int(time_limit_s))
         )
+        opts.launch_id, opts.iteration, opts.absolute_iteration = runtime
         if memory is not None:
             memory.fill(opts, check_slices)
         smem = self.dynamic_smem_bytes if dynamic_smem is None else dynamic_smem

@@ -59,6 +59,7 @@ KERNELS = [
     "spins_without_yielding",
     "barriers_forever",
     "big_local_array",
+    "runtime_view",
 ]
 
 

@@ -199,6 +199,14 @@ __device__ void named_barriers(TaskDesc const &task, Runtime const &) {
   out[5 * N + t] = warp == 2 ? s[t - 64] : 0;
 }
 
+// What the task's Runtime says of the launch: its id, the iteration within it and over every launch.
+__device__ void runtime_view(TaskDesc const &task, Runtime const &rt) {
+  if (threadIdx.x == 0) {
+    long long *out = task.output<long long>(0);
+    out[0] = rt.launch_id, out[1] = rt.iteration, out[2] = static_cast<long long>(rt.absolute_iteration);
+  }
+}
+
 // A task that reports an error (Runtime::fail), as embed does for a token out of range.
 __device__ void task_error(TaskDesc const &task, Runtime const &rt) {
   if (threadIdx.x == 3) rt.fail(task, MPK_TASK_ERROR_INDEX, 42);

@@ -15,7 +15,7 @@ from emu_helpers import THREADS as N
 from emu_helpers import marked
 
 from mpk_runtime import resources
-from mpk_runtime.run import host_runner
+from mpk_runtime.run import emu_options
 from mpk_runtime.run.host_memory import _ranges, _tensor_table
 
 
@@ -33,7 +33,7 @@ def guarded(kernels):
     address = module.guarded_alloc(nbytes)
     words = torch.frombuffer((C.c_uint8 * nbytes).from_address(address), dtype=torch.uint8).view(torch.int32)
     words.zero_()
-    yield words, host_runner.Memory(tensors=_tensor_table([("y", words, address)]))
+    yield words, emu_options.Memory(tensors=_tensor_table([("y", words, address)]))
     module.guarded_free(address, nbytes)
 
 
@@ -83,7 +83,7 @@ def test_stack_overflow(kernels):
 def test_write_past_the_output_slice(race_kernels):
     out = torch.zeros(2 * N, dtype=torch.int32)
     lo = out.data_ptr()
-    memory = host_runner.Memory(
+    memory = emu_options.Memory(
         tensors=_tensor_table([("y", out, lo)]),
         readable=_ranges([(lo, lo + 4 * N)]),
         writable=_ranges([(lo, lo + 4 * N)]),
@@ -100,10 +100,10 @@ def test_write_past_the_output_slice(race_kernels):
 
 
 def test_slice_checking_needs_race_checking(kernels):
-    run = kernels.run("barriers", torch.zeros(9 * N, dtype=torch.int32), memory=host_runner.Memory(), check_slices=True)
+    run = kernels.run("barriers", torch.zeros(9 * N, dtype=torch.int32), memory=emu_options.Memory(), check_slices=True)
     assert run.ok  # a Memory without ranges checks nothing
     out = torch.zeros(9 * N, dtype=torch.int32)
-    memory = host_runner.Memory(readable=_ranges([]), writable=_ranges([]))
+    memory = emu_options.Memory(readable=_ranges([]), writable=_ranges([]))
     run = kernels.run("barriers", out, memory=memory, check_slices=True)
     assert run.status == "invalid" and "slice checking needs race checking" in run.report
 

@@ -98,3 +98,31 @@ def test_argmax_of_logits_that_start_inside_their_storage(emulate):
     got = pk.tensor("out").clone()
     pk.finalize()
     assert torch.equal(got, torch.argmax(logits.float(), dim=-1)), f"{got} vs {torch.argmax(logits.float(), dim=-1)}"
+
+
+def test_a_relaunch_gives_the_tasks_the_next_launch_id_and_iterations(monkeypatch):
+    """Each launch's tasks see the launch id and iterations a GPU worker's Runtime holds: ids count
+    launches from 1, the absolute iteration counts on over the earlier launches' iterations."""
+    import mpk_runtime as mpk
+
+    p = mpk.PersistentKernel.get_default_init_parameters()
+    p.update(target_cc=90, emulate=True, test_mode=True, num_workers=2, max_num_batched_tokens=4)
+    pk = mpk.PersistentKernel(**p)
+    x = pk.attach_input(torch.randn(4, 64).to(torch.bfloat16), "x")
+    w = pk.attach_input(torch.ones(64, dtype=torch.bfloat16), "w")
+    y = pk.attach_input(torch.empty(4, 64, dtype=torch.bfloat16), "y")
+    pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
+    pk.compile()
+    module = pk._runner.tasks.module
+    seen, run_task = [], module.run_task
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["runtime"])
+        return run_task(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_task", recording)
+    for _ in range(3):
+        pk()
+    pk.synchronize()
+    pk.finalize()
+    assert seen == [(1, 0, 0)] * 4 + [(2, 0, 1)] * 4 + [(3, 0, 2)] * 4

@@ -162,6 +162,17 @@ def test_task_error_is_returned_with_code_and_value(kernels):
     run = kernels.run("task_error", task_id=11)
     assert run.status == "task_error" and run.task_error == (1, 42)
     assert run.report == "task 11 reported error 1 (value 42)"
+    later = kernels.run("task_error", task_id=11, runtime=(9, 2, 30))  # Runtime::fail tags the report with the launch
+    assert later.status == "task_error" and later.task_error == (1, 42)
+
+
+def test_the_runtime_says_which_launch_and_iteration_runs(kernels):
+    """As a GPU worker's Runtime does (a task that tags state with them sees a relaunch as there)."""
+    out = torch.full((3,), -1, dtype=torch.int64)
+    assert kernels.run("runtime_view", out).ok
+    assert out.tolist() == [1, 0, 0]  # the first launch's first iteration
+    assert kernels.run("runtime_view", out, runtime=(4, 2, 17)).ok
+    assert out.tolist() == [4, 2, 17]
 
 
 def test_switch_cost_is_measurable(kernels):
