@@ -284,6 +284,7 @@ class _SceneItem(pytest.Item):
             profile=mpk.profile,
             rank_timeout=mpk.rank_timeout,
             warp_jitter=mpk.warp_jitter,
+            relaunch=mpk.relaunch,
         )
 
     def _run(self, params: dict[str, Any], case: Case | None) -> None:

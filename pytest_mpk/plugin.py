@@ -130,6 +130,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "missing barrier shows); --mpk-sanitize's reruns use it: the tools see races and barriers directly",
     )
     group.addoption(
+        "--mpk-one-launch",
+        dest="mpk_one_launch",
+        action="store_true",
+        default=False,
+        help="Launch each case once. By default a second launch on the same inputs finds state a task keeps "
+        "between launches (a workspace or __device__ variable it never resets); emulated, it also runs the "
+        "workers in another order",
+    )
+    group.addoption(
         "--mpk-case",
         dest="mpk_case",
         metavar="CLASS::CASE",

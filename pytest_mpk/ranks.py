@@ -29,7 +29,7 @@ import torch
 
 import mpk_runtime as mpk
 
-from . import devices, guards
+from . import devices, guards, relaunch
 from .compare import GoldenError, poison, poison_intermediates
 from .frames import is_scene_code
 from .goldens import as_outputs, compare_outputs, golden_of
@@ -78,11 +78,19 @@ class _Rank:
                 self.guarded[name] = zones
         self.before = {n: self.tensors[n].detach().cpu().clone() for n in self.outs}
         self.pk: Any = None
+        self.meta_start: dict[str, torch.Tensor] = {}
 
     def build(self, scene: SceneTestCase, params: dict[str, Any], init: dict[str, Any]) -> None:
         self.pk = mpk.PersistentKernel(**init)
         t = types.SimpleNamespace(**{n: self.pk.attach_input(v, n) for n, v in self.tensors.items()})
         scene.build(self.pk, t, copy_of(params))
+
+    def keep_meta(self) -> None:
+        """The meta tensors before the first launch, for the second (relaunch.py)."""
+        self.meta_start = {k: v.detach().clone() for k, v in self.pk.meta_tensors.items()}
+
+    def restore(self) -> None:
+        relaunch.restore(self.pk, self.args, self.inputs, self.tensors, self.meta_start)
 
     def plain_args(self) -> types.SimpleNamespace:
         ns = types.SimpleNamespace(**self.inputs)
@@ -223,25 +231,36 @@ def _emulate_and_check(
 ) -> None:
     """Run the built ranks on the emulator and compare their outputs (``mine``'s only, if given)."""
     world = len(ranks)
-    try:
-        mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed)
-    except mpk.MpkError as e:
-        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
-    try:
-        expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
-    except AssertionError as e:  # a GoldenError: a golden of the wrong form
-        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
-    failures: dict[int, str] = {}
-    for r, rk in enumerate(ranks):
-        if mine is None or r == mine:
-            text = _check(scene, case, rk, expected[r])
-            if text:
-                failures[r] = text
-    if failures:
-        for r in failures:
-            _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
-        golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
-        raise _failure(failures, setup, params, world, "in one process", golden_from=golden_from)
+    for rk in ranks:
+        rk.keep_meta()
+    expected: list[dict] | None = None
+    for launch in range(2 if setup.relaunch and relaunch.wanted(case, setup.profile) else 1):
+        head = f"{relaunch.preface(setup.backend)}." if launch else None
+        if launch:
+            for rk in ranks:
+                rk.restore()
+        try:
+            mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed + launch)  # the second in another order
+        except mpk.MpkError as e:
+            raise _failure(
+                {}, setup, params, world, "in one process", "\n".join(filter(None, [head, f"{type(e).__name__}: {e}"]))
+            ) from None
+        if expected is None:
+            try:
+                expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+            except AssertionError as e:  # a GoldenError: a golden of the wrong form
+                raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
+        failures: dict[int, str] = {}
+        for r, rk in enumerate(ranks):
+            if mine is None or r == mine:
+                text = _check(scene, case, rk, expected[r])
+                if text:
+                    failures[r] = text
+        if failures:
+            for r in failures:
+                _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
+            golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
+            raise _failure(failures, setup, params, world, "in one process", head, golden_from)
     if mine is None:  # it passed, and every rank ran here, with every read noted
         check_all_read(case, params)
 
@@ -295,23 +314,43 @@ def run_this_rank(
         rk.pk.compile(output_dir=setup.artifacts)
         poison_intermediates(rk.pk)
 
+    expected: dict | None = None
+
     def run() -> None:
+        nonlocal expected
         assert rk is not None
         if setup.backend != devices.GPU:
             return
+        rk.keep_meta()
         rk.pk()
         rk.pk.synchronize(timeout=setup.hang_timeout + 60)
         others = [_Rank(scene, rank_params(params, q, size), seed, torch.device("cpu")) for q in range(size) if q != rank]
         others.insert(rank, rk)
         expected = goldens(scene, [o.plain_args() for o in others], params, rk.outs)[rank]
+        check()
+
+    def check() -> None:
+        assert rk is not None and expected is not None
         text = _check(scene, case, rk, expected)
         if text:
             _save(setup.artifacts / f"rank{rank}", rk, expected)
             raise AssertionError(text)
 
+    def run_again() -> None:  # every rank launches again together (relaunch.py)
+        assert rk is not None
+        if setup.backend != devices.GPU or not (setup.relaunch and relaunch.wanted(case, setup.profile)):
+            return
+        rk.restore()
+
+        def launch() -> None:
+            rk.pk()
+            rk.pk.synchronize(timeout=setup.hang_timeout + 60)
+
+        relaunch.run_again(launch, check, setup.backend)
+
     try:
-        if step("built", prepare) and step("compiled", compile):
-            step("ran", run)
+        if step("built", prepare) and step("compiled", compile) and step("ran", run):
+            step("ran again", run_again)
     finally:
         if rk is not None and rk.pk is not None:
             try:

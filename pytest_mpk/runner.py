@@ -18,7 +18,7 @@ import mpk_runtime as mpk
 from mpk_runtime import harness
 from mpk_runtime.harness import shown
 
-from . import compare, devices, guards, meta_args, sanitize
+from . import compare, devices, guards, meta_args, relaunch, sanitize
 from .goldens import compare_outputs, golden, golden_of
 from .param_reads import check_all_read, copy_of
 from .scene import Case, Expected, InOut, Out, SceneError, SceneTestCase, kernel_params_of
@@ -43,6 +43,7 @@ class Setup:
     profile: bool = False  # --mpk-profile: record a trace (gpu backend only)
     rank_timeout: float | None = None  # --mpk-rank-timeout: a multi-rank case's wait for the other ranks
     warp_jitter: bool = True  # off with --mpk-no-warp-jitter
+    relaunch: bool = True  # a second launch on the same inputs (relaunch.py); off with --mpk-one-launch
     notes: list[str] = field(default_factory=list)  # lines for the item's report
 
 
@@ -213,39 +214,56 @@ def _run_case(
             return
         compare.poison_intermediates(pk)
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
-        meta_before = None
+        meta_start = {k: v.detach().clone() for k, v in pk.meta_tensors.items()}
+        meta_before = {k: v.cpu() for k, v in meta_start.items()} if setup.backend == devices.GPU else None
         if setup.backend == devices.GPU:
             sanitize.record_addresses(setup.artifacts, run_tensors)
-            meta_before = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
         steps_before = pk.meta_tensors["step"].cpu().tolist()
         if not _ran(pk, setup, case):
             return
         setup.notes.extend(meta_args.requests_not_run(pk, steps_before))
-        if meta_before is not None and pk.test_mode:  # emulated, prepare_next_batch is checked at every call
-            harness.check_test_launch(pk, meta_before)
         if setup.profile and setup.backend == devices.GPU:
             setup.notes.extend(f"profile {k}: {p}" for k, p in _profile_files(pk, setup).items())
-        actual = {n: run_tensors[n].cpu() for n in outs}
-        meta_after = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
-        expected = golden(
-            scene,
-            layer,
-            {n: (type(v)(inputs[n]) if isinstance(v, Out) else inputs[n]) for n, v in args.items()},
-            params,
-            search,
-            outs,
-            {k: v.clone() for k, v in meta_after.items()},  # the golden may write its copy
-        )
-        golden_from = golden_of(scene, layer, search)
-        untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
-        ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
-        damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
-        guards.raise_with(
-            damage,
-            lambda: compare_outputs(
-                scene, golden_from, case, outs, actual, expected, before, pk.compiled_graph, meta_after if pk.test_mode else None
-            ),
-        )
+
+        def verify() -> None:  # what a launch left: the meta tensors, the guards, the outputs
+            nonlocal expected, golden_from
+            if meta_before is not None and pk.test_mode:  # emulated, prepare_next_batch is checked at every call
+                harness.check_test_launch(pk, meta_before)
+            actual = {n: run_tensors[n].cpu() for n in outs}
+            meta_after = {k: v.detach().cpu().clone() for k, v in pk.meta_tensors.items()}
+            if expected is None:  # the first launch's; the second is held to the same golden
+                expected = golden(
+                    scene,
+                    layer,
+                    {n: (type(v)(inputs[n]) if isinstance(v, Out) else inputs[n]) for n, v in args.items()},
+                    params,
+                    search,
+                    outs,
+                    {k: v.clone() for k, v in meta_after.items()},  # the golden may write its copy
+                )
+                golden_from = golden_of(scene, layer, search)
+            untouched = {n: before[n] for n in outs if not args[n].meta}  # the runtime writes meta tensors too
+            ins = {n: inputs[n] for n, v in args.items() if not isinstance(v, Out)}
+            damage = guards.after_run(guarded, ins, run_tensors, untouched, pk.compiled_graph)
+            guards.raise_with(
+                damage,
+                lambda: compare_outputs(
+                    scene,
+                    golden_from,
+                    case,
+                    outs,
+                    actual,
+                    expected,
+                    before,
+                    pk.compiled_graph,
+                    meta_after if pk.test_mode else None,
+                ),
+            )
+
+        verify()
+        if setup.relaunch and relaunch.wanted(case, setup.profile):
+            relaunch.restore(pk, args, inputs, run_tensors, meta_start)
+            relaunch.run_again(lambda: _ran(pk, setup, None), verify, setup.backend)
         check_all_read(case, params)  # it passed, and every scene method that takes params has run
     except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit
         saved = _save_failure(setup, inputs, run_tensors if not isinstance(e, mpk.BuildError) else None, outs, expected)

@@ -67,6 +67,7 @@ class MpkSession:
         check_backend(self.backend, "--mpk-backend gpu" if opt.mpk_backend else "ini option mpk_backend = 'gpu'")
         self.emulate_check: bool = opt.mpk_emulate_check
         self.warp_jitter: bool = not opt.mpk_no_warp_jitter
+        self.relaunch: bool = not opt.mpk_one_launch
         self.selected_cases: list[str] = opt.mpk_case or []
         artifacts = opt.mpk_artifacts_dir or config.getini("mpk_artifacts_dir") or ".mpk-artifacts"
         self.artifacts_dir = Path(config.rootpath, artifacts) if not os.path.isabs(artifacts) else Path(artifacts)
@@ -141,6 +142,8 @@ class MpkSession:
             parts.append("--mpk-emulate-check")
         if not self.warp_jitter:
             parts.append("--mpk-no-warp-jitter")
+        if not self.relaunch:
+            parts.append("--mpk-one-launch")
         if getattr(getattr(item, "case", None), "manual", False):  # skipped unless picked
             parts += ["--mpk-case", item.selector]
         if self.replay:

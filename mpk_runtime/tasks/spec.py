@@ -114,7 +114,10 @@ class TaskSpec:
     def workspace(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> dict[str, Any]:
         """Scratch the layer's tasks share among themselves (e.g. partial results of a split): name ->
         (shape, torch dtype). The runtime makes each one per layer, zeroed, named "<layer>.<name>",
-        and passes it to every task whole, after the declared inputs. Default: none."""
+        and passes it to every task whole, after the declared inputs. It is zeroed once, when the
+        kernel is built: each launch and iteration finds what the last one left (a count must be reset
+        by the tasks, or tagged with Runtime::launch_id and iteration, as paged_attention.cuh's split
+        count is; a scene's second launch finds one that is not). Default: none."""
         return {}
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cpu_helpers import patched_copy
+from cpu_helpers import fixed_copy, patched_copy
 from own_task import run_scene
 
 RAGGED_TASK = Path(__file__).resolve().parent / "ragged_task"
@@ -64,3 +64,24 @@ def test_shared_memory_past_what_the_spec_gives_fails(pytester: pytest.Pytester,
     )
     result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(["*dynamic shared memory overflow in task *: bytes 1024..2047 of dynamic shared memory *"])
+
+
+def test_a_device_variable_never_reset_fails_at_the_second_launch(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each slot adds its sum of squares into a __device__ accumulator that nothing clears and writes
+    what it holds: right at the module's first launch (the variable starts at zero), twice the value at
+    the next, as in a real run's second launch or iteration."""
+    acc = "  if (threadIdx.x == 0) {\n    atomicAdd(&sumsq_acc[x], red[0]);\n    sumsq[0] = sumsq_acc[x];\n  }\n"
+    text = (RAGGED_TASK / "ragged.cuh").read_text()
+    text = text.replace("  if (threadIdx.x == 0) sumsq[0] = red[0];\n", acc)
+    text = text.replace("namespace user {\n", "namespace user {\n__device__ float sumsq_acc[64];  // never reset\n")
+    result = run(pytester, monkeypatch, fixed_copy("mpk-ragged-task", "ragged.cuh", text))
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*second launch: the first launch of this case passed; the same kernel launched again on the same inputs "
+            "(*) did not; the emulator also ran the workers in another order*",
+            "*sumsq*",
+        ]
+    )

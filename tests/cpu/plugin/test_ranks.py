@@ -490,3 +490,42 @@ class TestTwo(SumScene):
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] test_scene.py:*: {reason}"])
     result.stdout.no_fnmatch_line("*rank_items.py*")
+
+
+@pytest.mark.parametrize("one_launch", [False, True])
+def test_every_rank_launches_a_second_time_and_is_checked_again(
+    pytester: pytest.Pytester, scenes, sums, monkeypatch: pytest.MonkeyPatch, one_launch: bool
+) -> None:
+    """The ranks launch again together, in another order; here the second launch leaves one element
+    of rank 1 off, as a task that keeps state between launches would. --mpk-one-launch stops at one."""
+    import mpk_runtime
+
+    real, seeds = mpk_runtime.run_emulated_ranks, []
+
+    def run(kernels, seed=0):
+        real(kernels, seed)
+        seeds.append(seed)
+        if len(seeds) == 2:
+            kernels[1].tensor("output")[0, 0] += 1
+
+    monkeypatch.setattr(mpk_runtime, "run_emulated_ranks", run)
+    pytester.makepyfile(
+        test_scene="""
+        from pytest_mpk import scene_test
+        from sums import SumScene
+
+        @scene_test(layer="allreduce", world_size=2)
+        class TestTwo(SumScene):
+            pass
+    """
+    )
+    result = pytester.runpytest_inprocess(*(["--mpk-one-launch"] if one_launch else []))
+    if one_launch:
+        result.assert_outcomes(passed=1)
+        assert len(seeds) == 1
+        return
+    result.assert_outcomes(failed=1)
+    assert seeds == [seeds[0], seeds[0] + 1]
+    result.stdout.fnmatch_lines(
+        ["*second launch: the first launch of this case passed; the same kernel launched again*", "rank 1: *output*"]
+    )
