@@ -212,3 +212,19 @@ def check_test_launch(pk: Any, before: dict[str, Any]) -> None:
     data = [getattr(pk._graph.tensors.get(n), "data", None) for n in names]
     written = meta_check.meta_written(pk.meta_tensors, [d for d in data if d is not None])
     meta_check.check_test_launch(pk._batch, before, after, written)
+
+
+def launch_state(pk: Any) -> list[str]:
+    """What a launch of the compiled ``pk`` leaves for the next that the harness does not reset:
+    its layers' workspaces and, running CUDA bodies on the emulator, its host module's ``__device__``
+    variables (a cubin's are not listed; a slice-reference run keeps none). ["?"] when readelf
+    cannot list them."""
+    if pk.backend == "emulated-reference":
+        return []
+    from .run.device_variables import device_variables
+
+    state = [t.name for t in pk.compiled_graph.tensors if t.kind == "workspace"]
+    if pk.host_build_result is not None:
+        variables = device_variables(pk.host_build_result.path)
+        state += ["?"] if variables is None else list(variables)
+    return state

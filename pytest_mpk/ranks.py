@@ -231,36 +231,25 @@ def _emulate_and_check(
 ) -> None:
     """Run the built ranks on the emulator and compare their outputs (``mine``'s only, if given)."""
     world = len(ranks)
-    for rk in ranks:
-        rk.keep_meta()
-    expected: list[dict] | None = None
-    for launch in range(2 if setup.relaunch and relaunch.wanted(case, setup.profile) else 1):
-        head = f"{relaunch.preface(setup.backend)}." if launch else None
-        if launch:
-            for rk in ranks:
-                rk.restore()
-        try:
-            mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed + launch)  # the second in another order
-        except mpk.MpkError as e:
-            raise _failure(
-                {}, setup, params, world, "in one process", "\n".join(filter(None, [head, f"{type(e).__name__}: {e}"]))
-            ) from None
-        if expected is None:
-            try:
-                expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
-            except AssertionError as e:  # a GoldenError: a golden of the wrong form
-                raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
-        failures: dict[int, str] = {}
-        for r, rk in enumerate(ranks):
-            if mine is None or r == mine:
-                text = _check(scene, case, rk, expected[r])
-                if text:
-                    failures[r] = text
-        if failures:
-            for r in failures:
-                _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
-            golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
-            raise _failure(failures, setup, params, world, "in one process", head, golden_from)
+    try:
+        mpk.run_emulated_ranks([rk.pk for rk in ranks], seed=seed)
+    except mpk.MpkError as e:
+        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
+    try:
+        expected = goldens(scene, [rk.plain_args() for rk in ranks], params, ranks[0].outs)
+    except AssertionError as e:  # a GoldenError: a golden of the wrong form
+        raise _failure({}, setup, params, world, "in one process", f"{type(e).__name__}: {e}") from None
+    failures: dict[int, str] = {}
+    for r, rk in enumerate(ranks):
+        if mine is None or r == mine:
+            text = _check(scene, case, rk, expected[r])
+            if text:
+                failures[r] = text
+    if failures:
+        for r in failures:
+            _save(setup.artifacts / f"rank{r}", ranks[r], expected[r])
+        golden_from = golden_of(scene, scene_info(type(scene)).layer, [])
+        raise _failure(failures, setup, params, world, "in one process", golden_from=golden_from)
     if mine is None:  # it passed, and every rank ran here, with every read noted
         check_all_read(case, params)
 
@@ -338,7 +327,7 @@ def run_this_rank(
 
     def run_again() -> None:  # every rank launches again together (relaunch.py)
         assert rk is not None
-        if setup.backend != devices.GPU or not (setup.relaunch and relaunch.wanted(case, setup.profile)):
+        if setup.backend != devices.GPU or not (setup.relaunch and relaunch.wanted(case, setup.profile, setup.backend, rk.pk)):
             return
         rk.restore()
 

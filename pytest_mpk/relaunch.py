@@ -6,8 +6,9 @@ variable: both keep what the last launch left) gives the right answer in every c
 from its second launch on. The harness launches each case twice: before the second launch the inputs
 and InOut tensors get their values back, outputs and ``pk.new_tensor`` intermediates are poisoned
 again and the meta tensors are restored; workspaces and device variables are left as they are. Both
-launches are checked against the same golden. On the emulator the second launch also interleaves the
-workers in another order (run.emulator seeds the order by launch)."""
+launches are checked against the same golden. Emulated, the second launch runs only where a launch
+leaves such state (a workspace, a device variable), and interleaves the workers in another order too
+(run.emulator seeds the order by launch)."""
 
 from __future__ import annotations
 
@@ -16,23 +17,29 @@ from typing import Any
 
 import torch
 
-from mpk_runtime import KernelError
+from mpk_runtime import KernelError, harness
 
 from . import devices
 from .compare import poison, poison_intermediates
 from .scene import Case, InOut, Out
 
 KEPT = "layer workspaces and __device__ variables keep what the first launch left"
+# Launches of each loaded module by the earlier cases of this process (a module is loaded once per
+# process): its __device__ variables keep what they left, so a later case's first launch sees them.
+_LAUNCHED: dict[str, int] = {}
 
 
 class SecondLaunchError(AssertionError):
     """The first launch of a case passed and the second, on the same inputs, did not."""
 
 
-def wanted(case: Case | None, profile: bool) -> bool:
+def wanted(case: Case | None, profile: bool, backend: str, pk: Any) -> bool:
     """A case that expects its kernel to fail stops at the first launch; a profiled one records the
-    first launch's trace and stops there too."""
-    return not profile and (case is None or case.raises is None)
+    first launch's trace and stops there too. Emulated, a second launch costs what the first did, so it
+    runs only where a launch leaves state (harness.launch_state); on the GPU it costs microseconds."""
+    if profile or (case is not None and case.raises is not None):
+        return False
+    return backend == devices.GPU or bool(harness.launch_state(pk))
 
 
 def restore(pk: Any, args: dict[str, Any], inputs: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], meta: dict) -> None:
@@ -70,3 +77,28 @@ def run_again(launch: Callable[[], object], verify: Callable[[], None], backend:
         verify()
     except (AssertionError, KernelError) as e:
         raise SecondLaunchError(f"{preface(backend)}.\n{e}") from None
+
+
+def module_of(pk: Any, backend: str) -> str | None:
+    """The module whose code runs the case (None: slice references, or compiled only): the host build
+    emulated, else the GPU build."""
+    if backend == devices.GPU:
+        return pk.build_result.entry.name
+    host = pk.host_build_result
+    return host.entry.name if host is not None else None
+
+
+def counted(module: str | None, launches: int) -> None:
+    if module is not None:
+        _LAUNCHED[module] = _LAUNCHED.get(module, 0) + launches
+
+
+def earlier(module: str | None) -> str | None:
+    """What to add to a failure at a case's first launch when earlier cases launched its module."""
+    n = _LAUNCHED.get(module, 0) if module is not None else 0
+    if not n:
+        return None
+    return (
+        f"module {module} ran {n} launch(es) of earlier cases in this process, and its __device__ variables keep "
+        "what they left: if this case passes alone (the repro line), a task keeps state between launches"
+    )

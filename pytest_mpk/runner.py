@@ -168,6 +168,7 @@ def _run_case(
             profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device), trace_name=str(setup.artifacts / "trace")
         )
     pk = None
+    module, launches = None, 0  # the loaded module and this case's launches of it (relaunch.counted)
     expected = None
     golden_from: str | None = None  # where the golden came from, once computed
     try:
@@ -212,6 +213,13 @@ def _run_case(
             setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:
             return
+        module = relaunch.module_of(pk, setup.backend)
+
+        def launch(expects: Case | None) -> bool:
+            nonlocal launches
+            launches += 1
+            return _ran(pk, setup, expects)
+
         compare.poison_intermediates(pk)
         before = {n: run_tensors[n].detach().cpu().clone() for n in outs}  # poison, or an InOut's input
         meta_start = {k: v.detach().clone() for k, v in pk.meta_tensors.items()}
@@ -219,7 +227,7 @@ def _run_case(
         if setup.backend == devices.GPU:
             sanitize.record_addresses(setup.artifacts, run_tensors)
         steps_before = pk.meta_tensors["step"].cpu().tolist()
-        if not _ran(pk, setup, case):
+        if not launch(case):
             return
         setup.notes.extend(meta_args.requests_not_run(pk, steps_before))
         if setup.profile and setup.backend == devices.GPU:
@@ -261,15 +269,18 @@ def _run_case(
             )
 
         verify()
-        if setup.relaunch and relaunch.wanted(case, setup.profile):
+        if setup.relaunch and relaunch.wanted(case, setup.profile, setup.backend, pk):
             relaunch.restore(pk, args, inputs, run_tensors, meta_start)
-            relaunch.run_again(lambda: _ran(pk, setup, None), verify, setup.backend)
+            relaunch.run_again(lambda: launch(None), verify, setup.backend)
         check_all_read(case, params)  # it passed, and every scene method that takes params has run
     except (AssertionError, mpk.KernelError, mpk.BuildError) as e:  # a build error: the source is kept to edit
         saved = _save_failure(setup, inputs, run_tensors if not isinstance(e, mpk.BuildError) else None, outs, expected)
-        text = f"BuildError: {e}" if isinstance(e, mpk.BuildError) else e
+        text = f"BuildError: {e}" if isinstance(e, mpk.BuildError) else str(e)
+        if launches == 1 and (hint := relaunch.earlier(module)) is not None:  # state an earlier case left?
+            text += f"\n{hint}"
         raise SceneFailure(_failure_text(text, setup, params, saved, golden_from)) from None
     finally:
+        relaunch.counted(module, launches)
         if pk is not None:
             try:
                 pk.finalize()

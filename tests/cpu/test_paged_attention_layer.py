@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from mpk_runtime import harness
 from mpk_runtime.errors import ConfigError, DTypeError, GridError, ShapeError
 from mpk_runtime.tasks.paged_attention import splits, workspace_floats
 
@@ -44,6 +45,8 @@ def test_a_split_layer_allocates_its_workspace(make_pk):
     ws = pk.tensor("paged_attention_0.splits")
     assert ws.dtype == torch.float32 and not ws.any()
     assert ws.numel() == workspace_floats(T, R, 8, 2, 128, 4) == 2 * R * 2 + T * 8 * 4 * (128 + 4)
+    pk.compile()
+    assert harness.launch_state(pk) == ["paged_attention_0.splits"]  # what a scene's second launch is for
 
 
 def test_one_task_per_slot_and_kv_head_and_no_workspace_without_splits(make_pk, tmp_path):
@@ -53,6 +56,7 @@ def test_one_task_per_slot_and_kv_head_and_no_workspace_without_splits(make_pk, 
     graph = json.loads((tmp_path / "task_graph_rank0.json").read_text())
     assert len(graph["tasks"]) == R * 2
     assert not any(t["kind"] == "workspace" for t in graph["tensors"])
+    assert harness.launch_state(pk) == []
     assert "paged_attention_bf16_128_4_2_1_1" in pk.build_result.entry.name
 
 

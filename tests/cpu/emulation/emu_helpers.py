@@ -60,6 +60,7 @@ KERNELS = [
     "barriers_forever",
     "big_local_array",
     "runtime_view",
+    "counts_launches",
 ]
 
 

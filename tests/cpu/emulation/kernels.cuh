@@ -199,6 +199,12 @@ __device__ void named_barriers(TaskDesc const &task, Runtime const &) {
   out[5 * N + t] = warp == 2 ? s[t - 64] : 0;
 }
 
+// A count that outlives the launch: a __device__ variable (emulated: a global of the host module).
+__device__ int launch_count;
+__device__ void counts_launches(TaskDesc const &task, Runtime const &) {
+  if (threadIdx.x == 0) task.output<int>(0)[0] = ++launch_count;
+}
+
 // What the task's Runtime says of the launch: its id, the iteration within it and over every launch.
 __device__ void runtime_view(TaskDesc const &task, Runtime const &rt) {
   if (threadIdx.x == 0) {

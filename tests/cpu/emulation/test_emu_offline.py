@@ -104,6 +104,7 @@ def test_a_relaunch_gives_the_tasks_the_next_launch_id_and_iterations(monkeypatc
     """Each launch's tasks see the launch id and iterations a GPU worker's Runtime holds: ids count
     launches from 1, the absolute iteration counts on over the earlier launches' iterations."""
     import mpk_runtime as mpk
+    from mpk_runtime import harness
 
     p = mpk.PersistentKernel.get_default_init_parameters()
     p.update(target_cc=90, emulate=True, test_mode=True, num_workers=2, max_num_batched_tokens=4)
@@ -113,6 +114,7 @@ def test_a_relaunch_gives_the_tasks_the_next_launch_id_and_iterations(monkeypatc
     y = pk.attach_input(torch.empty(4, 64, dtype=torch.bfloat16), "y")
     pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(4, 1, 1), block_dim=pk.block_dim)
     pk.compile()
+    assert harness.launch_state(pk) == []  # rmsnorm keeps nothing between launches: no workspace, no device variable
     module = pk._runner.tasks.module
     seen, run_task = [], module.run_task
 

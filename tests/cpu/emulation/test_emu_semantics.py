@@ -166,6 +166,25 @@ def test_task_error_is_returned_with_code_and_value(kernels):
     assert later.status == "task_error" and later.task_error == (1, 42)
 
 
+def test_device_variables_are_listed_and_keep_their_values(kernels, monkeypatch):
+    """A __device__ variable is state that outlives a launch: the module lists it (and no state of the
+    emulator's own, nor __shared__ variables, thread-local on the host), and it keeps its value."""
+    from mpk_runtime.run import device_variables as dv
+
+    assert dv.device_variables(kernels.module.path) == ("mpk::test::launch_count",)
+    out = torch.zeros(1, dtype=torch.int32)
+    assert kernels.run("counts_launches", out).ok and kernels.run("counts_launches", out).ok
+    assert int(out[0]) >= 2  # the second run saw the first one's count
+
+    def no_readelf(*args, **kwargs):
+        raise FileNotFoundError("readelf")
+
+    monkeypatch.setattr(dv.subprocess, "run", no_readelf)
+    dv.device_variables.cache_clear()
+    assert dv.device_variables(kernels.module.path) is None  # cannot say: the harness assumes there may be some
+    dv.device_variables.cache_clear()
+
+
 def test_the_runtime_says_which_launch_and_iteration_runs(kernels):
     """As a GPU worker's Runtime does (a task that tags state with them sees a relaunch as there)."""
     out = torch.full((3,), -1, dtype=torch.int64)

@@ -71,7 +71,9 @@ def test_a_device_variable_never_reset_fails_at_the_second_launch(
 ) -> None:
     """Each slot adds its sum of squares into a __device__ accumulator that nothing clears and writes
     what it holds: right at the module's first launch (the variable starts at zero), twice the value at
-    the next, as in a real run's second launch or iteration."""
+    the next, as in a real run's second launch or iteration. Three of the cases share a module (one
+    shape), which the process loads once: the later two fail at their first launch, with the earlier
+    launches named."""
     acc = "  if (threadIdx.x == 0) {\n    atomicAdd(&sumsq_acc[x], red[0]);\n    sumsq[0] = sumsq_acc[x];\n  }\n"
     text = (RAGGED_TASK / "ragged.cuh").read_text()
     text = text.replace("  if (threadIdx.x == 0) sumsq[0] = red[0];\n", acc)
@@ -83,5 +85,12 @@ def test_a_device_variable_never_reset_fails_at_the_second_launch(
             "*second launch: the first launch of this case passed; the same kernel launched again on the same inputs "
             "(*) did not; the emulator also ran the workers in another order*",
             "*sumsq*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "module ragged_scale_bf16_200-host-sm90-* ran 2 launch(es) of earlier cases in this process, and its "
+            "__device__ variables keep what they left: if this case passes alone (the repro line), a task keeps state "
+            "between launches"
         ]
     )
