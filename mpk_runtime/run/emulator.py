@@ -38,7 +38,8 @@ class EmulatedRun:
 
 class EmulatedKernel:
     """A compiled graph on the CPU emulator, with GpuKernel's interface: a launch runs to completion
-    (each launch interleaves the workers with a new seed), so there is nothing to harvest. With a
+    (each launch interleaves the workers with a new seed, the deepest layer's tasks first), so there is
+    nothing to harvest. With a
     host ``module`` the tasks run their CUDA bodies (``check``: a race-checking module, slices
     checked too), without one their slice references."""
 
@@ -121,7 +122,11 @@ def _run_iteration(graph: CompiledGraph, tasks: Tasks, iteration: int, seed: int
         ready = [w for w in live if _can_start(graph.tasks[queues[w][pos[w]]], counters, graph)]
         if not ready:
             raise _deadlock(graph, pos, iteration)
-        w = rng.choice(ready)
+        # The deepest layer's task first (a seeded choice among them): a task runs as soon as the
+        # dependencies it has allow, before the producers it may lack a dependency on (a halo row, a
+        # buffer a later layer reuses), which the device may do and a random order seldom does.
+        deepest = max(graph.tasks[queues[w][pos[w]]].layer for w in ready)
+        w = rng.choice([w for w in ready if graph.tasks[queues[w][pos[w]]].layer == deepest])
         t = graph.tasks[queues[w][pos[w]]]
         tasks.run_task(t, iteration, seed)
         for e in t.triggers:

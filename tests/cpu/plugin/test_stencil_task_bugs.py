@@ -1,0 +1,45 @@
+"""A task of the user's own whose spec declares less than its body reads (stencil_task/: a row
+stencil reading the rows above and below its own, between two rmsnorm layers, the second in place).
+Declared split like its output, its input carries no dependency on the tasks that write those halo
+rows, nor on the in-place rmsnorm tasks that overwrite them later. --mpk-emulate-check names the read
+in every case. The default emulated run sees it only where the order of the tasks exposes it: it runs
+the deepest ready task first, so a task runs as soon as its declared dependencies allow (5 of the 7
+cases fail; a random order of the workers failed 3). In the other two every halo row happens to be
+written, and not yet overwritten, when the stencil reads it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+STENCIL_TASK = Path(__file__).resolve().parent / "stencil_task"
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, declared: str, *args: str) -> pytest.RunResult:
+    for module in STENCIL_TASK.glob("*.py"):
+        shutil.copy(module, pytester.path / ("test_stencil.py" if module.name == "stencil_scene.py" else module.name))
+    monkeypatch.setenv("STENCIL_INPUT", declared)
+    monkeypatch.setenv("STENCIL_TASK_HEADER", str(STENCIL_TASK / "stencil.cuh"))
+    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)
+
+
+def test_the_input_declared_whole_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(pytester, monkeypatch, "whole").assert_outcomes(passed=7)
+
+
+def test_a_halo_read_without_its_dependency_fails_where_the_order_shows_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run(pytester, monkeypatch, "split")
+    result.assert_outcomes(failed=5, passed=2)
+    result.stdout.fnmatch_lines(["*output 'smoothed' (bfloat16, shape (*)) differs from the golden*"])
+
+
+def test_the_checked_run_names_the_halo_read_in_every_case(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run(pytester, monkeypatch, "split", "--mpk-emulate-check")
+    result.assert_outcomes(failed=7)
+    result.stdout.fnmatch_lines(
+        ["*read outside the task's slices in task *: thread * reads 2 bytes at x_norm[[]*[]]*stencil.cuh:*"]
+    )
