@@ -39,9 +39,8 @@ class EmulatedRun:
 class EmulatedKernel:
     """A compiled graph on the CPU emulator, with GpuKernel's interface: a launch runs to completion
     (each launch interleaves the workers with a new seed, the deepest layer's tasks first), so there is
-    nothing to harvest. With a
-    host ``module`` the tasks run their CUDA bodies (``check``: a race-checking module, slices
-    checked too), without one their slice references."""
+    nothing to harvest. With a host ``module`` the tasks run their CUDA bodies (``check``: a
+    race-checking module, slices checked too), without one their slice references."""
 
     handle = None
 
