@@ -217,14 +217,19 @@ def check_test_launch(pk: Any, before: dict[str, Any]) -> None:
 def launch_state(pk: Any) -> list[str]:
     """What a launch of the compiled ``pk`` leaves for the next that the harness does not reset:
     its layers' workspaces and, running CUDA bodies on the emulator, its host module's ``__device__``
-    variables (a cubin's are not listed; a slice-reference run keeps none). ["?"] when readelf
-    cannot list them."""
+    variables (module_variables). A slice-reference run keeps none."""
     if pk.backend == "emulated-reference":
+        return []
+    return [t.name for t in pk.compiled_graph.tensors if t.kind == "workspace"] + module_variables(pk)
+
+
+def module_variables(pk: Any) -> list[str]:
+    """The ``__device__`` variables of the host module an emulated ``pk`` runs: they keep their values
+    from launch to launch and from case to case (a process loads a module once). ["?"] when readelf
+    cannot list them; [] for a GPU or compile-only kernel (a cubin's are not listed)."""
+    if pk.host_build_result is None:
         return []
     from .run.device_variables import device_variables
 
-    state = [t.name for t in pk.compiled_graph.tensors if t.kind == "workspace"]
-    if pk.host_build_result is not None:
-        variables = device_variables(pk.host_build_result.path)
-        state += ["?"] if variables is None else list(variables)
-    return state
+    variables = device_variables(pk.host_build_result.path)
+    return ["?"] if variables is None else list(variables)

@@ -79,13 +79,10 @@ def run_again(launch: Callable[[], object], verify: Callable[[], None], backend:
         raise SecondLaunchError(f"{preface(backend)}.\n{e}") from None
 
 
-def module_of(pk: Any, backend: str) -> str | None:
-    """The module whose code runs the case (None: slice references, or compiled only): the host build
-    emulated, else the GPU build."""
-    if backend == devices.GPU:
-        return pk.build_result.entry.name
-    host = pk.host_build_result
-    return host.entry.name if host is not None else None
+def stateful_module(pk: Any) -> str | None:
+    """The emulated host module ``pk`` runs, when it defines __device__ variables (a GPU module's are
+    not listed): what a later case of this process finds them holding is what this one left."""
+    return pk.host_build_result.entry.name if harness.module_variables(pk) else None
 
 
 def counted(module: str | None, launches: int) -> None:
@@ -94,7 +91,8 @@ def counted(module: str | None, launches: int) -> None:
 
 
 def earlier(module: str | None) -> str | None:
-    """What to add to a failure at a case's first launch when earlier cases launched its module."""
+    """What to add to a failure at a case's first launch when earlier cases launched its module (one
+    that defines __device__ variables)."""
     n = _LAUNCHED.get(module, 0) if module is not None else 0
     if not n:
         return None

@@ -168,7 +168,7 @@ def _run_case(
             profiler_tensor=torch.zeros(1 << 20, dtype=torch.uint64, device=device), trace_name=str(setup.artifacts / "trace")
         )
     pk = None
-    module, launches = None, 0  # the loaded module and this case's launches of it (relaunch.counted)
+    module, launches = None, 0  # a module with __device__ variables and this case's launches of it (relaunch.counted)
     expected = None
     golden_from: str | None = None  # where the golden came from, once computed
     try:
@@ -213,7 +213,7 @@ def _run_case(
             setup.notes.append(f"build cache: {cache_note}")
         if setup.backend == devices.COMPILED:
             return
-        module = relaunch.module_of(pk, setup.backend)
+        module = relaunch.stateful_module(pk)
 
         def launch(expects: Case | None) -> bool:
             nonlocal launches
