@@ -75,8 +75,21 @@ POISON_BITS = {
     torch.float32: (torch.int32, 0x7FD5D5D5),
     torch.float64: (torch.int64, 0x7FFAD5D5D5D5D5D5),
 }
+# A pk.new_tensor intermediate's poison: other bits (other integers), so that an output element a
+# task copied from an intermediate element nobody wrote is neither the output's poison, which would
+# pass as never written, nor a NaN the kernel computed.
+INTERMEDIATE_POISON_BITS = {
+    torch.bfloat16: (torch.int16, 0x7FAB),
+    torch.float16: (torch.int16, 0x7EAB),
+    torch.float32: (torch.int32, 0x7FABABAB),
+    torch.float64: (torch.int64, 0x7FFAABABABABABAB),
+}
 
 
+FROM_INTERMEDIATE = (
+    "copied from an intermediate element no task wrote: read before its producer ran, or an element no task "
+    "writes, such as a row of an inactive token"
+)
 COMPUTED_NAN = (
     " computed by the kernel (not the poison's bits: 0/0, inf - inf, a NaN input, or poison read before it was "
     "written: an output or pk.new_tensor read before a task wrote it, or a dependency the declared slices miss; "
@@ -84,40 +97,44 @@ COMPUTED_NAN = (
 )
 
 
-def poison_value(dtype: torch.dtype) -> float | int | bool:
+def poison_value(dtype: torch.dtype, intermediate: bool = False) -> float | int | bool:
     """What ``poison`` fills with: NaN (with the payload of POISON_BITS), True, or the integer
     furthest from 0 (the minimum; for an unsigned type the maximum, as its minimum, 0, is what kernels
-    write all the time)."""
+    write all the time); an intermediate's integer is the next one toward 0."""
     if dtype.is_floating_point:
         return float("nan")
     if dtype == torch.bool:
         return True
     info = torch.iinfo(dtype)
-    return info.max if info.min == 0 else info.min
+    return (info.max - intermediate) if info.min == 0 else (info.min + intermediate)
 
 
-def poison(t: torch.Tensor) -> torch.Tensor:
-    """Fill an output with a value a kernel would not produce, so unwritten elements show."""
-    if t.dtype in POISON_BITS and t.is_contiguous():
-        view, value = POISON_BITS[t.dtype]
+def poison(t: torch.Tensor, intermediate: bool = False) -> torch.Tensor:
+    """Fill an output (an ``intermediate``: INTERMEDIATE_POISON_BITS) with a value a kernel would not
+    produce, so unwritten elements show."""
+    bits = INTERMEDIATE_POISON_BITS if intermediate else POISON_BITS
+    if t.dtype in bits and t.is_contiguous():
+        view, value = bits[t.dtype]
         t.view(view).fill_(value)
         return t
-    return t.fill_(poison_value(t.dtype))
+    return t.fill_(poison_value(t.dtype, intermediate))
 
 
 def poison_intermediates(pk: Any) -> None:
-    """Poison the memory of a compiled kernel's ``pk.new_tensor`` intermediates, as outputs are: a
-    body that reads one before a task wrote it fails whatever the allocation held."""
+    """Poison the memory of a compiled kernel's ``pk.new_tensor`` intermediates with their own
+    poison: a body that reads one before a task wrote it fails whatever the allocation held."""
     for info in pk.compiled_graph.tensors:
         if info.kind == "intermediate":
-            poison(pk.tensor(info.name))
+            poison(pk.tensor(info.name), intermediate=True)
 
 
-def holds_poison(t: torch.Tensor) -> torch.Tensor:
-    """Where a float output still has the poison's bits (never written, or copied from such an element)."""
-    if t.dtype not in POISON_BITS:
-        return torch.isnan(t)
-    view, value = POISON_BITS[t.dtype]
+def holds_poison(t: torch.Tensor, intermediate: bool = False) -> torch.Tensor:
+    """Where a float output still has the poison's bits (never written, or copied from such an
+    element); ``intermediate``: an intermediate's poison bits (copied from an element nobody wrote)."""
+    bits = INTERMEDIATE_POISON_BITS if intermediate else POISON_BITS
+    if t.dtype not in bits:
+        return torch.isnan(t) & (not intermediate)
+    view, value = bits[t.dtype]
     return t.contiguous().view(view) == value
 
 
@@ -208,10 +225,13 @@ def report(
         f"from the golden (rtol={rtol:g}, atol={atol:g}{why}): {n} of {total} elements ({100 * n / max(total, 1):.3g}%)"
     ]
     nan = torch.isnan(a)
-    unwritten = holds_poison(actual) & nan if actual.dtype.is_floating_point else torch.zeros_like(nan)
+    floats = actual.dtype.is_floating_point
+    unwritten = holds_poison(actual) & nan if floats else torch.zeros_like(nan)
+    copied = holds_poison(actual, intermediate=True) & nan if floats else torch.zeros_like(nan)
     for label, mask, what in (
         ("NaN", unwritten, " with the poison's bits (never written, or copied from an element never written)"),
-        ("NaN", nan & ~unwritten, COMPUTED_NAN),
+        ("NaN", copied, f" with a pk.new_tensor's poison bits ({FROM_INTERMEDIATE})"),
+        ("NaN", nan & ~unwritten & ~copied, COMPUTED_NAN),
         ("inf", torch.isinf(a), ""),
     ):
         count = int(mask.sum())
@@ -219,10 +239,12 @@ def report(
             where = ", ".join(str(tuple(i.tolist())) for i in mask.nonzero()[:5])
             lines.append(f"  {label} in the output: {count}{what}, first at {where}")
     if not actual.dtype.is_floating_point and actual.dtype != torch.bool:
-        value = poison_value(actual.dtype)
-        unwritten = int((actual == value).sum())
+        value, other = poison_value(actual.dtype), poison_value(actual.dtype, intermediate=True)
+        unwritten, from_intermediate = int((actual == value).sum()), int((actual == other).sum())
         if unwritten:
             lines.append(f"  {unwritten} elements still hold the poison value {value}: never written")
+        if from_intermediate:
+            lines.append(f"  {from_intermediate} elements hold {other}, a pk.new_tensor's poison ({FROM_INTERMEDIATE})")
     score = torch.where(bad, torch.nan_to_num(diff - allowed, nan=float("inf")), torch.full_like(diff, -1.0))
     worst = torch.topk(score.flatten(), min(WORST, n)).indices if n else torch.tensor([], dtype=torch.long)
     if n and owner is not None:

@@ -139,6 +139,34 @@ def test_the_poison_is_a_nan_arithmetic_does_not_make(dtype: torch.dtype) -> Non
     assert torch.isnan(computed).all() and not compare.holds_poison(computed).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_an_intermediate_s_poison_copied_into_an_output_is_neither_unwritten_nor_computed(dtype: torch.dtype) -> None:
+    """A task that copies an intermediate element nobody wrote into its output wrote that element: had
+    intermediates the outputs' poison, the untouched-data check would take the copy for never written
+    (argmax_reduce writing the rows of inactive tokens from its partials' poisoned rows passed so)."""
+    mid = poison(torch.empty(4, dtype=dtype), intermediate=True)
+    assert torch.isnan(mid).all() and compare.holds_poison(mid, intermediate=True).all()
+    assert not compare.holds_poison(mid).any()
+    actual = poison(torch.empty(2, 3, dtype=dtype))
+    actual[0] = mid[:3]
+    lines = report_of(actual, torch.ones(2, 3))
+    assert lines[1].startswith("  NaN in the output: 3 with the poison's bits") and lines[1].endswith("(1, 2)")
+    assert lines[2] == (
+        "  NaN in the output: 3 with a pk.new_tensor's poison bits (copied from an intermediate element no task wrote: "
+        "read before its producer ran, or an element no task writes, such as a row of an inactive token), first at "
+        "(0, 0), (0, 1), (0, 2)"
+    )
+
+
+def test_an_intermediate_s_integer_poison_is_the_next_one_toward_zero() -> None:
+    mid = poison(torch.empty(3, dtype=torch.int64), intermediate=True)
+    assert bool((mid == torch.iinfo(torch.int64).min + 1).all())
+    assert compare.poison_value(torch.uint8, intermediate=True) == 254
+    lines = report_of(torch.cat([mid[:2], poison(torch.empty(1, dtype=torch.int64))]), torch.zeros(3, dtype=torch.int64))
+    assert "  1 elements still hold the poison value -9223372036854775808: never written" in lines
+    assert any(line.startswith("  2 elements hold -9223372036854775807, a pk.new_tensor's poison (copied from") for line in lines)
+
+
 def test_a_computed_nan_and_an_unwritten_element_are_reported_apart() -> None:
     actual = poison(torch.empty(2, 3))
     actual[0] = torch.tensor([1.0, math.nan, 1.0])
@@ -261,6 +289,6 @@ def test_a_kernel_s_intermediates_are_poisoned_and_its_attached_tensors_are_not(
     pk.compile()
     pk.tensor("mid").zero_()
     poison_intermediates(pk)
-    assert holds_poison(pk.tensor("mid")).all()
+    assert holds_poison(pk.tensor("mid"), intermediate=True).all() and not holds_poison(pk.tensor("mid")).any()
     assert not holds_poison(pk.tensor("out")).any() and bool((pk.tensor("x") == 1).all())
     pk.finalize()
