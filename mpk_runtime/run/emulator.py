@@ -23,6 +23,7 @@ import torch
 from ..errors import GraphError, WatchdogError
 from ..graph.compiled import CompiledGraph, TaskInfo
 from . import batching, diagnostics
+from .emulated_order import TaskOrder
 from .emulated_tasks import HostTasks, ReferenceTasks, Tasks
 from .host_runner import HostModule
 
@@ -38,7 +39,7 @@ class EmulatedRun:
 
 class EmulatedKernel:
     """A compiled graph on the CPU emulator, with GpuKernel's interface: a launch runs to completion
-    (each launch interleaves the workers with a new seed, the deepest layer's tasks first), so there is
+    (each launch interleaves the workers with a new seed: run/emulated_order.py), so there is
     nothing to harvest. With a host ``module`` the tasks run their CUDA bodies (``check``: a
     race-checking module, slices checked too), without one their slice references."""
 
@@ -117,17 +118,15 @@ def _run_iteration(graph: CompiledGraph, tasks: Tasks, iteration: int, seed: int
     counters = [0] * len(events)
     pos = [0] * len(queues)
     live = [w for w, q in enumerate(queues) if q]
+    choose = TaskOrder(graph, rng)  # each task as early as its declared dependencies allow
     while live:
         ready = [w for w in live if _can_start(graph.tasks[queues[w][pos[w]]], counters, graph)]
         if not ready:
             raise _deadlock(graph, pos, iteration)
-        # The deepest layer's task first (a seeded choice among them): a task runs as soon as the
-        # dependencies it has allow, before the producers it may lack a dependency on (a halo row, a
-        # buffer a later layer reuses), which the device may do and a random order seldom does.
-        deepest = max(graph.tasks[queues[w][pos[w]]].layer for w in ready)
-        w = rng.choice([w for w in ready if graph.tasks[queues[w][pos[w]]].layer == deepest])
+        w = choose.pick(ready, {w: queues[w][pos[w]] for w in ready})
         t = graph.tasks[queues[w][pos[w]]]
         tasks.run_task(t, iteration, seed)
+        choose.ran(t.id)
         for e in t.triggers:
             counters[e] += 1
         order.append(t.id)
