@@ -132,8 +132,8 @@ def holds_poison(t: torch.Tensor, intermediate: bool = False) -> torch.Tensor:
     """Where a float output still has the poison's bits (never written, or copied from such an
     element); ``intermediate``: an intermediate's poison bits (copied from an element nobody wrote)."""
     bits = INTERMEDIATE_POISON_BITS if intermediate else POISON_BITS
-    if t.dtype not in bits:
-        return torch.isnan(t) & (not intermediate)
+    if t.dtype not in bits:  # a float type without a payload of ours: any NaN is the outputs' poison
+        return torch.zeros_like(t, dtype=torch.bool) if intermediate else torch.isnan(t)
     view, value = bits[t.dtype]
     return t.contiguous().view(view) == value
 

@@ -23,7 +23,6 @@ from . import devices
 from .compare import poison, poison_intermediates
 from .scene import Case, InOut, Out
 
-KEPT = "layer workspaces and __device__ variables keep what the first launch left"
 # Launches of each loaded module by the earlier cases of this process (a module is loaded once per
 # process): its __device__ variables keep what they left, so a later case's first launch sees them.
 _LAUNCHED: dict[str, int] = {}
@@ -62,10 +61,11 @@ def preface(backend: str) -> str:
     )
     return (
         "second launch: the first launch of this case passed; the same kernel launched again on the same inputs "
-        "(outputs and pk.new_tensor intermediates poisoned again, meta tensors as before the first launch; "
-        f"{KEPT}) did not{order}. A task that counts or accumulates in memory it never resets is right only once: "
-        "a real run launches the kernel many times and iterates within a launch. Reset such state in the task "
-        "(or tag it with Runtime::launch_id and iteration)"
+        "(outputs and pk.new_tensor intermediates poisoned again, meta tensors as before the first launch; layer "
+        f"workspaces and __device__ variables keep what the first launch left) did not{order}. A task that counts "
+        "or accumulates in memory it never resets is right only once: a real run launches the kernel many times "
+        "and iterates within a launch. Reset such state in the task (or tag it with Runtime::launch_id and "
+        "iteration)"
     )
 
 

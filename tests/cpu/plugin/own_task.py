@@ -12,14 +12,14 @@ import pytest
 
 
 def run_scene(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path, scene: str, env: str, header: Path
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path, scene: str, env: str, header: Path, *args: str
 ) -> pytest.RunResult:
     """``folder/<name>_scene.py`` as ``test_<name>.py`` beside the folder's other modules, built from
     ``header``, emulated, in a process of its own: the task registry is the process's, and each test
-    registers another body."""
+    registers another body. ``args``: more pytest options."""
     for module in folder.glob("*.py"):
         if module.name != scene:
             shutil.copy(module, pytester.path / module.name)
     shutil.copy(folder / scene, pytester.path / f"test_{scene.removesuffix('_scene.py')}.py")
     monkeypatch.setenv(env, str(header))
-    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf")
+    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)

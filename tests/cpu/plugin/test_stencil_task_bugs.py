@@ -8,20 +8,18 @@ deepest ready task first alone failed 5, a random order of the workers 3."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from own_task import run_scene
 
 STENCIL_TASK = Path(__file__).resolve().parent / "stencil_task"
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, declared: str, *args: str) -> pytest.RunResult:
-    for module in STENCIL_TASK.glob("*.py"):
-        shutil.copy(module, pytester.path / ("test_stencil.py" if module.name == "stencil_scene.py" else module.name))
     monkeypatch.setenv("STENCIL_INPUT", declared)
-    monkeypatch.setenv("STENCIL_TASK_HEADER", str(STENCIL_TASK / "stencil.cuh"))
-    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)
+    header = STENCIL_TASK / "stencil.cuh"
+    return run_scene(pytester, monkeypatch, STENCIL_TASK, "stencil_scene.py", "STENCIL_TASK_HEADER", header, *args)
 
 
 def test_the_input_declared_whole_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
