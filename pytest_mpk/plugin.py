@@ -12,7 +12,7 @@ import argparse
 
 import pytest
 
-from . import devices, sanitize
+from . import cpu_share, devices, sanitize
 from .items import SceneClass
 from .scene import scene_info
 from .session import BACKEND_PROPERTY, SESSION_KEY, MpkSession
@@ -243,6 +243,7 @@ def pytest_configure(config: pytest.Config) -> None:
     job = mpi_job()
     if workerinput is not None:
         devices.pin_worker(workerinput["workerid"])  # before anything can initialise CUDA
+        cpu_share.share_cores(workerinput["workercount"])
     elif job is not None and job[0] > 1:
         devices.pin_rank(job[2])  # one GPU per rank, every GPU visible (peers map each other's memory)
     config.addinivalue_line("markers", "mpk_arch(*archs): run this test only for these archs (sm80, sm90, sm100)")
