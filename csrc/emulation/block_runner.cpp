@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <new>
+#include <unordered_map>
 
 #include "emulation/block_state.h"
 
@@ -749,6 +750,27 @@ void trap(Site site, char const *what) {
 }
 
 unsigned long long clock_ticks() { return tls_block ? ++tls_block->ticks : 0; }
+
+namespace {
+thread_local std::unordered_map<uintptr_t, unsigned> atomic_words;  // since clear_atomic_words: address -> bytes
+}  // namespace
+
+void note_atomic(void const *p, unsigned bytes) {
+  unsigned &b = atomic_words[reinterpret_cast<uintptr_t>(p)];
+  b = std::max(b, bytes);
+}
+
+void clear_atomic_words() { atomic_words.clear(); }
+
+size_t copy_atomic_words(uint64_t *addrs, uint32_t *bytes, size_t max) {
+  size_t i = 0;
+  for (auto const &[a, n] : atomic_words) {
+    if (i == max) break;
+    addrs[i] = a;
+    bytes[i++] = n;
+  }
+  return atomic_words.size();
+}
 
 size_t cvta_generic_to_shared(void const *p) {
   Block *b = tls_block;

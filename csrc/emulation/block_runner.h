@@ -73,6 +73,11 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
 // so the host runner releases them after each launch.
 void release_stacks();
 
+// The words the calling OS thread's tasks updated atomically (note_atomic, shim_api.h) since the last
+// clear: copy_atomic_words fills up to `max` (address, bytes) pairs and returns how many there are.
+void clear_atomic_words();
+size_t copy_atomic_words(uint64_t *addrs, uint32_t *bytes, size_t max);
+
 // The cost of one fiber switch (there and back, halved) in ns, measured over n round trips.
 double measure_switch_ns(int n);
 

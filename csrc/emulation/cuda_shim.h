@@ -76,6 +76,7 @@ using NoDeduce = typename Same<T>::type;
 template <typename T, typename F>
 inline T atomic_update(T *p, F f) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics are 32- or 64-bit");
+  note_atomic(p, sizeof(T));
   using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
   Bits *b = reinterpret_cast<Bits *>(p);
   Bits old = __atomic_load_n(b, __ATOMIC_RELAXED);
@@ -134,6 +135,7 @@ inline T __ldg(T const *p) {
 // sees them as atomic accesses (and so that blocks on several OS threads stay correct).
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 template <typename T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
@@ -142,18 +144,22 @@ inline T atomicAdd(T *p, ::mpk::emu::NoDeduce<T> v) {
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicSub(T *p, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED);
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicAnd(T *p, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   return __atomic_fetch_and(p, v, __ATOMIC_RELAXED);
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicOr(T *p, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicXor(T *p, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED);
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T> || std::is_floating_point_v<T>, int> = 0>
@@ -170,6 +176,7 @@ inline T atomicMin(T *p, ::mpk::emu::NoDeduce<T> v) {
 }
 template <typename T, std::enable_if_t<::mpk::emu::kAtomicInt<T>, int> = 0>
 inline T atomicCAS(T *p, ::mpk::emu::NoDeduce<T> compare, ::mpk::emu::NoDeduce<T> v) {
+  ::mpk::emu::note_atomic(p, sizeof(T));
   __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   return compare;  // the old value, whether or not it was replaced
 }

@@ -183,6 +183,7 @@ MPK_EMU_EXPORT int mpk_emu_run_task(uint32_t variant, void const *desc, MpkMeta 
   frame.iteration = opt.iteration;
   frame.absolute_iteration = opt.absolute_iteration;
   RunConfig cfg = run_config(opt, frame.task.task_id, dynamic_smem_bytes);
+  clear_atomic_words();
   cfg.memory.host_lo = reinterpret_cast<uintptr_t>(&frame);
   cfg.memory.host_hi = cfg.memory.host_lo + sizeof frame;
   std::string text;
@@ -208,6 +209,12 @@ MPK_EMU_EXPORT int mpk_emu_run_task(uint32_t variant, void const *desc, MpkMeta 
   }
   copy_report(text, report, report_len);
   return status;
+}
+
+// The words the last mpk_emu_run_task updated atomically: fills up to `max` (address, bytes) pairs,
+// returns how many there are.
+MPK_EMU_EXPORT int mpk_emu_atomic_words(uint64_t *addrs, uint32_t *bytes, int max) {
+  return static_cast<int>(mpk::emu::copy_atomic_words(addrs, bytes, max > 0 ? static_cast<size_t>(max) : 0));
 }
 
 // Runs the device's prepare_next_batch on `state` (the MpkBatchState of a launch, host memory) as

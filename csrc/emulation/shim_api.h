@@ -42,6 +42,10 @@ uint64_t warp_collective(Site site, int kind, unsigned mask, uint64_t value, int
 // shuffles it synchronizes the lanes but orders no memory.
 void warp_exchange(Site site, char const *name, unsigned mask, void const *in, void *out, Combine combine);
 void yield(Site site);
+// An atomic write or read-modify-write of `bytes` at `p` (the shim's atomics, the primitives' host
+// stores and reductions): the words a task updated atomically, which other tasks of its layer may
+// update too (a layer's workspace is checked for plain writes two tasks share: workspace_writes.py).
+void note_atomic(void const *p, unsigned bytes);
 [[noreturn]] void trap(Site site, char const *what);
 unsigned long long clock_ticks();
 unsigned long long global_timer_ns();

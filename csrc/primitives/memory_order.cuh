@@ -5,7 +5,8 @@
 // NVLink, runtime/comm.cuh). All use the PTX memory model's names;
 // a plain C++ access carries no ordering and is never used for these words. One small function
 // per instruction, so the hot path stays auditable. On the host (MPK_HOST_EMULATION) each is the
-// C++ atomic of the same order (GCC's __atomic builtins), which a race-checking build sees as atomic.
+// C++ atomic of the same order (GCC's __atomic builtins), which a race-checking build sees as atomic;
+// its writes are noted (emu::note_atomic) as the shim's atomics are.
 #pragma once
 #include <stdint.h>
 
@@ -49,6 +50,7 @@ __device__ __forceinline__ uint32_t ld_relaxed_gpu(uint32_t const *p) {
 // before it; synchronizes with an acquire load that reads this value.
 __device__ __forceinline__ void st_release_gpu(unsigned long long *p, unsigned long long v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 #else
   asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -58,6 +60,7 @@ __device__ __forceinline__ void st_release_gpu(unsigned long long *p, unsigned l
 // Relaxed store, gpu scope: atomic but orders nothing by itself; after fence_acq_rel_gpu() it releases.
 __device__ __forceinline__ void st_relaxed_gpu(unsigned long long *p, unsigned long long v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 #else
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -67,6 +70,7 @@ __device__ __forceinline__ void st_relaxed_gpu(unsigned long long *p, unsigned l
 // Relaxed store, gpu scope, 32 bits: atomic but orders nothing.
 __device__ __forceinline__ void st_relaxed_gpu(uint32_t *p, uint32_t v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 #else
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -87,6 +91,7 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
 // Relaxed atomic add without a result, gpu scope: no increment is lost, but it orders nothing.
 __device__ __forceinline__ void red_add_relaxed_gpu(unsigned long long *p, unsigned long long v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 #else
   asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -97,6 +102,7 @@ __device__ __forceinline__ void red_add_relaxed_gpu(unsigned long long *p, unsig
 // it; synchronizes with an acquire load that reads its sum or a value later atomic adds made of it.
 __device__ __forceinline__ void red_add_release_gpu(unsigned long long *p, unsigned long long v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
 #else
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -119,6 +125,7 @@ __device__ __forceinline__ unsigned long long ld_acquire_sys(unsigned long long 
 // memory, mapped as peer memory) but orders nothing by itself; after fence_acq_rel_sys() it releases.
 __device__ __forceinline__ void st_relaxed_sys(unsigned long long *p, unsigned long long v) {
 #ifdef MPK_HOST_EMULATION
+  ::mpk::emu::note_atomic(p, sizeof *p);
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 #else
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

@@ -135,6 +135,7 @@ class HostModule:
             lib.mpk_emu_switch_ns.restype = C.c_double
             lib.mpk_emu_release_stacks.restype = None
             lib.mpk_dynamic_smem_bytes.restype = C.c_uint
+            lib.mpk_emu_atomic_words.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
             buf = C.create_string_buffer(1024)
             lib.mpk_emu_layout(buf, len(buf))
             abi.check_layout(buf.value.decode(), str(path))
@@ -185,6 +186,14 @@ class HostModule:
         )
         report = tidy_paths(self._report.value.decode(errors="replace")) if status else ""
         return TaskRun(STATUS[status], report, (self._error[0], self._error[1]) if status == 1 else None)
+
+    def atomic_words(self) -> list[tuple[int, int]]:
+        """The (address, bytes) of every word the last ``run_task`` wrote with an atomic (the
+        shim's atomics and the primitives' atomic stores and reductions), in no order."""
+        n = self._lib.mpk_emu_atomic_words(None, None, 0)
+        addrs, sizes = (C.c_uint64 * n)(), (C.c_uint32 * n)()
+        self._lib.mpk_emu_atomic_words(addrs, sizes, n)
+        return list(zip(addrs, sizes))
 
     def prepare_next_batch(
         self,

@@ -45,7 +45,7 @@ class TaskWrites:
         of its layer changed it earlier this iteration (None: nothing)."""
         for s, old in before:
             new = self.views[s.tensor]
-            changed = _changed(old, new)
+            changed = changed_elements(old, new)
             if not changed.any():
                 continue
             if s.tensor in self.selected[task.layer]:
@@ -95,7 +95,7 @@ def _at(index: tuple[int, ...]) -> str:
     return ", ".join(map(str, index))
 
 
-def _changed(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+def changed_elements(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """Per element: whether any of its bytes differ (NaN and -0.0 compared as bits)."""
     size = new.element_size()
     a = old.reshape(-1).view(torch.uint8).view(-1, size)

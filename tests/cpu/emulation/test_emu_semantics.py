@@ -126,6 +126,17 @@ def test_atomics(kernels, order, seed):
         assert got[16:] == [0xFFFFFFFF] + list(range(N - 1))
     if order == "reversed":
         assert got[9] == 1 and got[10] == 0
+    # The global words it updated atomically, as the workspace check reads them (workspace_writes.py).
+    words = dict(kernels.module.atomic_words())
+    assert words[g.data_ptr()] == 8 and words[g.data_ptr() + 8] == 8
+    assert not any(out.data_ptr() <= a < out.data_ptr() + out.nbytes for a in words)  # plain stores
+
+
+def test_atomic_words_are_the_last_tasks_only(kernels):
+    g = torch.zeros(2, dtype=torch.int64)
+    assert kernels.run("atomics", torch.zeros(16 + N, dtype=torch.int32), g).ok and kernels.module.atomic_words()
+    assert kernels.run("barriers", torch.zeros(9 * N, dtype=torch.int32)).ok
+    assert kernels.module.atomic_words() == []
 
 
 @pytest.mark.parametrize("order,seed", ORDERS)

@@ -1,0 +1,37 @@
+"""A task of the user's own that stages its rows in its layer's workspace (scratch_task/). Staged in
+rows of its own, it passes; staged in one row that every task of the layer shares, it is a race on
+the GPU (the tasks of a layer can run at once) that the emulator's results never show, since it runs
+one task at a time: the emulator reports the second task that stores into the row. The count that
+every task adds to the workspace's first word with an atomic is shared by design, and not reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from own_task import run_scene
+
+SCRATCH_TASK = Path(__file__).resolve().parent / "scratch_task"
+
+
+def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, stage: str, *args: str) -> pytest.RunResult:
+    monkeypatch.setenv("SCRATCH_STAGE", stage)
+    header = SCRATCH_TASK / "scratch.cuh"
+    return run_scene(pytester, monkeypatch, SCRATCH_TASK, "scratch_scene.py", "SCRATCH_TASK_HEADER", header, *args)
+
+
+def test_rows_of_its_own_pass(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(pytester, monkeypatch, "own").assert_outcomes(passed=3)
+
+
+def test_a_row_every_task_shares_fails_where_two_tasks_use_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run(pytester, monkeypatch, "shared")
+    result.assert_outcomes(failed=2, passed=1)  # r4_t1: one task, nothing shared
+    result.stdout.fnmatch_lines(
+        [
+            "*workspace shared by plain stores in task *: rotate_rows*.stage[[]4[]] (* element(s) in all) changed with "
+            "plain stores by task * and by task * of the same layer in this iteration*",
+            "*Give each task its own part of the workspace (indexed by its grid index)*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*stage[[][0-3][]]*")  # the atomic count
