@@ -206,6 +206,12 @@ def run(tool_path: str, tool: str, repro: str, hang_timeout: float, artifacts: P
         pytest.fail(f"under compute-sanitizer {tool} the case failed (exit {proc.returncode}):\n{tail}", pytrace=False)
 
 
+def initcheck_child() -> bool:
+    """This process is initcheck's child: device memory that no task writes must stay unwritten
+    (no poison), so that the tool sees a read of it."""
+    return os.environ.get(CHILD) == "initcheck"
+
+
 def record_addresses(directory: Path, tensors: dict[str, Any]) -> None:
     """In a sanitizer's child: the attached tensors' device addresses, for ``explain``."""
     if os.environ.get(CHILD):

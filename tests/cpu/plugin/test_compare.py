@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from pytest_mpk import compare
+from pytest_mpk import compare, sanitize
 from pytest_mpk.compare import MismatchError, check, poison, tolerance
 
 
@@ -291,4 +291,12 @@ def test_a_kernel_s_intermediates_are_poisoned_and_its_attached_tensors_are_not(
     poison_intermediates(pk)
     assert holds_poison(pk.tensor("mid"), intermediate=True).all() and not holds_poison(pk.tensor("mid")).any()
     assert not holds_poison(pk.tensor("out")).any() and bool((pk.tensor("x") == 1).all())
+    pk.tensor("mid").zero_()
+    with pytest.MonkeyPatch.context() as mp:  # initcheck's child: the tool must see an unwritten intermediate
+        mp.setenv(sanitize.CHILD, "initcheck")
+        poison_intermediates(pk)
+        assert bool((pk.tensor("mid") == 0).all())
+        mp.setenv(sanitize.CHILD, "memcheck")
+        poison_intermediates(pk)
+        assert holds_poison(pk.tensor("mid"), intermediate=True).all()
     pk.finalize()
