@@ -3,7 +3,7 @@
 torch's CPU ops run on an OpenMP pool as large as the machine's cores, and its threads spin for a
 while after every parallel region before they sleep. With one pool per worker, N workers on N cores
 keep N x N threads busy, most of them spinning through the other workers' time slices: on a 2-core
-machine the emulated scenes took three times the CPU time with two workers that they took in one
+machine the emulated scenes took 2.6 times the CPU time with two workers that they took in one
 process (docs/PERFORMANCE.md, "The main command and torch's threads").
 """
 

@@ -71,18 +71,11 @@ def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pyte
     assert seen <= {("gw0", "0"), ("gw1", "1"), ("gw2", "2")} and {w for w, _ in seen} >= {"gw0"}, seen
 
 
-@pytest.mark.parametrize("users_threads", [None, "3"])
-def test_workers_share_the_cores_among_their_torch_pools(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, users_threads: str | None
-) -> None:
-    """Two workers: each torch pool gets half of the usable cores (at least one thread), and so do
-    the processes a worker starts; an OMP_NUM_THREADS of the user's is what every worker keeps."""
-    if users_threads is None:
-        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # this suite's own worker has set it
-        threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
-    else:
-        monkeypatch.setenv("OMP_NUM_THREADS", users_threads)
-        threads = users_threads
+def test_workers_share_the_cores_among_their_torch_pools(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers: each torch pool gets half of the usable cores (at least one thread), and so do the
+    processes a worker starts (test_cpu_share.py: an OMP_NUM_THREADS of the user's is kept)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # this suite's own worker has set it
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     ask = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]  # torch may cap it at the cores
     pool = subprocess.run(ask, env={**os.environ, "OMP_NUM_THREADS": threads}, capture_output=True, text=True, check=True)
     pytester.makepyfile(
