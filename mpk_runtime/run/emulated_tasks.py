@@ -24,9 +24,9 @@ from . import batching, diagnostics
 from .host_batching import HostPlanner
 from .host_memory import GuardedTensors
 from .host_runner import HostModule
+from .layer_scratch import LayerScratch
 from .meta_check import meta_written
 from .task_writes import TaskWrites
-from .workspace_writes import WorkspaceWrites
 
 MASK64 = (1 << 64) - 1
 
@@ -121,7 +121,7 @@ class HostTasks:
         self.task_memory = [self.memory.task_memory(graph, t) if check else self.memory.memory for t in graph.tasks]
         self.structs = (abi.meta_struct(self.memory.meta), abi.batch_struct(cfg))
         self.writes = TaskWrites(graph, self.memory.views)
-        self.workspaces = WorkspaceWrites(graph, self.memory.views, self.memory.pointers)
+        self.scratch = LayerScratch(graph, self.memory.views, self.memory.pointers, module.device_variables())
         # The Runtime's launch id and iterations, as the GPU's (runtime/host.cuh, worker.cuh): state a
         # task tags with them is seen at a relaunch as there.
         self.launches = self.iterations_before = self.iterations = 0
@@ -135,14 +135,14 @@ class HostTasks:
 
     def prepare_next_batch(self, iteration: int) -> bool:
         self.writes.new_iteration()
-        self.workspaces.new_iteration()
+        self.scratch.new_iteration()
         self.iterations = iteration
         return self.planner.prepare_next_batch(iteration)
 
     def run_task(self, t: TaskInfo, iteration: int, seed: int) -> None:
         # The threads' order between synchronization points: shuffled, from the launch, task and iteration.
         order_seed = (seed * 0x9E3779B97F4A7C15 + t.id * 0xBF58476D1CE4E5B9 + iteration) & MASK64
-        before, scratch_before = self.writes.before(t), self.workspaces.before(t)
+        before, scratch_before = self.writes.before(t), self.scratch.before(t)
         run = self.module.run_task(
             t.variant,
             self.descs[t.id],
@@ -162,8 +162,8 @@ class HostTasks:
                 report = f"write into a meta tensor in task {t.id}: {meta}"
             elif (wrote := self.writes.after(t, before)) is not None:
                 report = f"write outside the task's part of an output in task {t.id}: {wrote}"
-            elif scratch_before and (shared := self.workspaces.after(t, scratch_before, self.module.atomic_words())):
-                report = f"workspace shared by plain stores in task {t.id}: {shared}"
+            elif scratch_before and (shared := self.scratch.after(t, scratch_before, self.module.atomic_words())):
+                report = f"scratch shared by plain stores in task {t.id}: {shared}"
             else:
                 return
         elif run.task_error is not None:

@@ -25,6 +25,7 @@ from ..build import host
 from ..build.host import build_host_module
 from ..codegen import abi
 from ..errors import BuildError, ConfigError
+from .device_variables import variable_memory
 from .emu_options import Memory, Options
 from .launcher import entry_points
 
@@ -145,6 +146,7 @@ class HostModule:
         self.race_check = bool(lib.mpk_emu_race_check_built())
         self._report = C.create_string_buffer(REPORT_BYTES)
         self._error = (C.c_longlong * 2)()
+        self._variables: list[tuple[str, int, int]] | None = None
 
     def run_task(
         self,
@@ -232,6 +234,12 @@ class HostModule:
 
     def guarded_free(self, address: int, nbytes: int) -> None:
         self._lib.mpk_emu_guarded_free(address, max(1, nbytes))
+
+    def device_variables(self) -> list[tuple[str, int, int]]:
+        """(name, address, bytes) of the module's ``__device__`` variables (run/device_variables.py)."""
+        if self._variables is None:
+            self._variables = variable_memory(self.path, self._lib)
+        return self._variables
 
     def release_stacks(self) -> None:
         """Unmap this thread's fiber stacks of this module (the next task maps them again): a

@@ -5,6 +5,7 @@ PTX-based implementation."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import pytest
@@ -186,14 +187,18 @@ def test_device_variables_are_listed_and_keep_their_values(kernels, monkeypatch)
     out = torch.zeros(1, dtype=torch.int32)
     assert kernels.run("counts_launches", out).ok and kernels.run("counts_launches", out).ok
     assert int(out[0]) >= 2  # the second run saw the first one's count
+    # Where the loaded module holds it (the scratch check watches it there: run/layer_scratch.py).
+    [(name, address, size)] = kernels.module.device_variables()
+    assert name == "mpk::test::launch_count" and size == 4 and ctypes.c_int.from_address(address).value == int(out[0])
 
     def no_readelf(*args, **kwargs):
         raise FileNotFoundError("readelf")
 
     monkeypatch.setattr(dv.subprocess, "run", no_readelf)
-    dv.device_variables.cache_clear()
+    dv.symbols.cache_clear()
     assert dv.device_variables(kernels.module.path) is None  # cannot say: the harness assumes there may be some
-    dv.device_variables.cache_clear()
+    assert dv.variable_memory(kernels.module.path, None) == []
+    dv.symbols.cache_clear()
 
 
 def test_the_runtime_says_which_launch_and_iteration_runs(kernels):

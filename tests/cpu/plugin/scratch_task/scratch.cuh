@@ -1,6 +1,7 @@
 // A user's own task (tests/cpu/plugin/test_scratch_task_bugs.py): each row rotated left by 32
-// columns, y[r, c] = x[r, (c + 32) % COLS], staged through the layer's workspace in fp32. SHARED:
-// every task stages in the same workspace row (the bug), else in row grid_idx[0] of its own.
+// columns, y[r, c] = x[r, (c + 32) % COLS], staged in fp32. STAGE: kOwnRow stages in row grid_idx[0]
+// of the layer's workspace (right); kSharedRow in the workspace row every task uses, and
+// kDeviceVariable in a __device__ array every task uses (the bugs: the tasks of a layer run at once).
 #pragma once
 
 #include "primitives/vec.cuh"
@@ -9,11 +10,18 @@
 namespace user {
 using namespace mpk;
 
-template <typename T, int ROWS, int COLS, int COUNT_FLOATS, bool SHARED>
+enum Stage : int { kOwnRow, kSharedRow, kDeviceVariable };
+
+__device__ float g_stage[4096];
+
+template <typename T, int ROWS, int COLS, int COUNT_FLOATS, int STAGE>
 __device__ __forceinline__ void rotate_rows(TaskDesc const &task, Runtime const &rt) {
+  static_assert(COLS <= 4096, "a row fits g_stage");
   T const *x = task.input<T const>(0);
   float *ws = task.input<float>(1);  // the layer's workspace, after the declared inputs
-  float *stage = ws + COUNT_FLOATS + (SHARED ? 0 : static_cast<size_t>(task.grid_idx[0]) * COLS);
+  float *stage = STAGE == kDeviceVariable ? g_stage
+                 : STAGE == kSharedRow    ? ws + COUNT_FLOATS
+                                          : ws + COUNT_FLOATS + static_cast<size_t>(task.grid_idx[0]) * COLS;
   T *y = task.output<T>(0);
   if (threadIdx.x == 0) atomicAdd(reinterpret_cast<unsigned *>(ws), 1u);  // tasks run, over every launch
   for (int r = 0; r < ROWS; ++r) {

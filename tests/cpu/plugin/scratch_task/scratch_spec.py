@@ -1,7 +1,8 @@
 """A user's own task that stages its rows in its layer's workspace (tests/cpu/plugin/test_scratch_task_bugs.py).
-SCRATCH_STAGE says where: "own" (right: rows of the workspace indexed by the task's grid index) or
-"shared" (every task in the same row: a race on the GPU, where the tasks of a layer run at once,
-which the emulator's results never show). Every task also counts itself on the workspace's first word
+SCRATCH_STAGE says where: "own" (right: rows of the workspace indexed by the task's grid index),
+"shared" (the workspace row every task uses) or "device" (a __device__ array every task uses): the
+last two are races on the GPU, where the tasks of a layer run at once, which the emulator's results
+never show. Every task also counts itself on the workspace's first word
 with an atomic, a word the tasks share by design. SCRATCH_TASK_HEADER is the body to build."""
 
 import os
@@ -29,8 +30,8 @@ class RotateRows(TaskSpec):
         return {"stage": ((COUNT_FLOATS + grid[0] * cols,), torch.float32)}
 
     def template_args(self, s, values):
-        shared = "true" if os.environ["SCRATCH_STAGE"] == "shared" else "false"
-        return [s["input"].dtype.cpp, s["output"].shape[0], s["input"].shape[1], COUNT_FLOATS, shared]
+        stage = ("own", "shared", "device").index(os.environ["SCRATCH_STAGE"])  # scratch.cuh's Stage
+        return [s["input"].dtype.cpp, s["output"].shape[0], s["input"].shape[1], COUNT_FLOATS, stage]
 
     def cost_ns(self, s):
         return 200.0
