@@ -23,3 +23,16 @@ def run_scene(
     shutil.copy(folder / scene, pytester.path / f"test_{scene.removesuffix('_scene.py')}.py")
     monkeypatch.setenv(env, str(header))
     return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)
+
+
+def run_variant(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path, setting: tuple[str, str], *args: str
+) -> pytest.RunResult:
+    """The scene of a ``<name>_task`` folder (``<name>_scene.py``, its body ``<name>.cuh`` named by
+    ``<NAME>_TASK_HEADER``) with the environment variable ``setting`` (name, value) that its spec
+    reads to pick how the task is declared or which variant of the body runs."""
+    name = folder.name.removesuffix("_task")
+    monkeypatch.setenv(*setting)
+    return run_scene(
+        pytester, monkeypatch, folder, f"{name}_scene.py", f"{name.upper()}_TASK_HEADER", folder / f"{name}.cuh", *args
+    )

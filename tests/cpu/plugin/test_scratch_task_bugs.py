@@ -10,15 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from own_task import run_scene
+from own_task import run_variant
 
 SCRATCH_TASK = Path(__file__).resolve().parent / "scratch_task"
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, stage: str, *args: str) -> pytest.RunResult:
-    monkeypatch.setenv("SCRATCH_STAGE", stage)
-    header = SCRATCH_TASK / "scratch.cuh"
-    return run_scene(pytester, monkeypatch, SCRATCH_TASK, "scratch_scene.py", "SCRATCH_TASK_HEADER", header, *args)
+    return run_variant(pytester, monkeypatch, SCRATCH_TASK, ("SCRATCH_STAGE", stage), *args)
 
 
 def test_rows_of_its_own_pass(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,15 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from own_task import run_scene
+from own_task import run_variant
 
 STENCIL_TASK = Path(__file__).resolve().parent / "stencil_task"
 
 
 def run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, declared: str, *args: str) -> pytest.RunResult:
-    monkeypatch.setenv("STENCIL_INPUT", declared)
-    header = STENCIL_TASK / "stencil.cuh"
-    return run_scene(pytester, monkeypatch, STENCIL_TASK, "stencil_scene.py", "STENCIL_TASK_HEADER", header, *args)
+    return run_variant(pytester, monkeypatch, STENCIL_TASK, ("STENCIL_INPUT", declared), *args)
 
 
 def test_the_input_declared_whole_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
