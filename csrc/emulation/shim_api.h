@@ -44,7 +44,7 @@ void warp_exchange(Site site, char const *name, unsigned mask, void const *in, v
 void yield(Site site);
 // An atomic write or read-modify-write of `bytes` at `p` (the shim's atomics, the primitives' host
 // stores and reductions): the words a task updated atomically, which other tasks of its layer may
-// update too (a layer's workspace is checked for plain writes two tasks share: workspace_writes.py).
+// update too (a layer's scratch is checked for plain writes two tasks share: run/layer_scratch.py).
 void note_atomic(void const *p, unsigned bytes);
 [[noreturn]] void trap(Site site, char const *what);
 unsigned long long clock_ticks();

@@ -127,7 +127,7 @@ def test_atomics(kernels, order, seed):
         assert got[16:] == [0xFFFFFFFF] + list(range(N - 1))
     if order == "reversed":
         assert got[9] == 1 and got[10] == 0
-    # The global words it updated atomically, as the workspace check reads them (workspace_writes.py).
+    # The global words it updated atomically, as the scratch check reads them (run/layer_scratch.py).
     words = dict(kernels.module.atomic_words())
     assert words[g.data_ptr()] == 8 and words[g.data_ptr() + 8] == 8
     assert not any(out.data_ptr() <= a < out.data_ptr() + out.nbytes for a in words)  # plain stores

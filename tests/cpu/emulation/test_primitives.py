@@ -83,7 +83,7 @@ def test_memory_order_atomics(prims):
     words = out.view(torch.int32)
     assert out[:6].tolist() == [total, N, total, N, 0x0123456789ABCDEF, 3 * total]
     assert (words[12] & 0xFFFFFFFF) == 0xDEADBEEF and words[13] == words[12]
-    # Its atomic writes, as the workspace check reads them: the reductions and atomic stores, not the
+    # Its atomic writes, as the scratch check reads them: the reductions and atomic stores, not the
     # plain stores of [2], [3] and the high word of [6].
     base = out.data_ptr()
     assert sorted((a - base, n) for a, n in prims.atomic_words()) == [(0, 8), (8, 8), (32, 8), (40, 8), (48, 4)]
