@@ -117,7 +117,10 @@ class TaskSpec:
         and passes it to every task whole, after the declared inputs. It is zeroed once, when the
         kernel is built: each launch and iteration finds what the last one left (a count must be reset
         by the tasks, or tagged with Runtime::launch_id and iteration, as paged_attention.cuh's split
-        count is; a scene's second launch finds one that is not). Default: none."""
+        count is; a scene's second launch finds one that is not). The layer's tasks run at once: each
+        task's scratch is its own part (indexed by its grid index), and a word they share is changed
+        only with atomics (the emulator reports a plain store two of them make to one word).
+        Default: none."""
         return {}
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
