@@ -59,11 +59,8 @@ def variable_memory(path: Path, library: C.CDLL) -> list[tuple[str, int, int]]:
     """(name, address, bytes) of each variable of the module at ``path`` as ``library`` loaded it;
     [] when readelf cannot say."""
     found = symbols(path)
-    if found is None:
+    if found is None or not found[0] or found[1] is None:
         return []
     variables, anchor = found
-    loaded = C.cast(getattr(library, ANCHOR), C.c_void_p).value if variables and anchor is not None else None
-    if loaded is None or anchor is None:
-        return []
-    base = loaded - anchor
+    base = C.cast(getattr(library, ANCHOR), C.c_void_p).value - anchor  # type: ignore[operator]  # a function's address
     return [(v.name, base + v.offset, v.size) for v in variables]

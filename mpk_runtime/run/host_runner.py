@@ -146,7 +146,6 @@ class HostModule:
         self.race_check = bool(lib.mpk_emu_race_check_built())
         self._report = C.create_string_buffer(REPORT_BYTES)
         self._error = (C.c_longlong * 2)()
-        self._variables: list[tuple[str, int, int]] | None = None
 
     def run_task(
         self,
@@ -237,9 +236,7 @@ class HostModule:
 
     def device_variables(self) -> list[tuple[str, int, int]]:
         """(name, address, bytes) of the module's ``__device__`` variables (run/device_variables.py)."""
-        if self._variables is None:
-            self._variables = variable_memory(self.path, self._lib)
-        return self._variables
+        return variable_memory(self.path, self._lib)
 
     def release_stacks(self) -> None:
         """Unmap this thread's fiber stacks of this module (the next task maps them again): a
