@@ -1,0 +1,76 @@
+"""bench/bench_decode_ceiling.py without a GPU: its CUDA program builds for sm80 and sm90 with this
+machine's nvcc and refuses a case it cannot run before it touches a GPU, the bench says which case
+failed and why, and its rows become the table it prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpk_runtime import archs
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))  # the bench imports timing.py and layer_bench.py beside it
+    try:
+        spec = importlib.util.spec_from_file_location("bench_decode_ceiling", BENCH / "bench_decode_ceiling.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def program(bench, tmp_path_factory):
+    return bench.build(archs.by_name("sm90"), tmp_path_factory.mktemp("ceiling"))
+
+
+def test_the_program_builds_for_sm80(bench, tmp_path):
+    exe = bench.build(archs.by_name("sm80"), tmp_path)
+    assert exe.is_file() and exe.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([1, 8192, 16], "usage: decode_ceiling B S Z slots stages tile chain merge copies math_ns bulk lds producers"),
+        # 8192 keys in 3 splits are not whole tiles of 128 keys
+        (
+            [1, 8192, 3, 1, 2, 128, 1, 1, 8, 0, 0, 0, 0],
+            "decode_ceiling 1 8192 3 1 2 128 1 1 8 0 0 0 0 failed (2): decode_ceiling: ",
+        ),
+        # a split of 8192 keys has 128 pages, more than a slot keeps
+        ([1, 8192, 1, 1, 2, 128, 1, 1, 8, 0, 0, 0, 0], "unsupported case B 1 S 8192 Z 1 slots 1 stages 2 tile 128 copies 8"),
+        ([1, 8192, 16, 3, 2, 128, 1, 1, 8, 0, 0, 0, 0], "unsupported case B 1 S 8192 Z 16 slots 3"),
+        ([1, 8192, 16, 1, 5, 128, 1, 1, 8, 0, 0, 0, 0], "unsupported case B 1 S 8192 Z 16 slots 1 stages 5"),
+        ([1, 8192, 16, 1, 2, 128, 1, 1, 1, 0, 0, 0, 0], "copies 1"),
+        # producer warps need the whole CTA as one slot, and cp.async copies
+        ([1, 8192, 16, 2, 2, 64, 1, 1, 8, 0, 0, 0, 1], "slots 2 stages 2 tile 64 copies 8 producers 1 bulk 0"),
+        ([1, 8192, 16, 1, 2, 128, 1, 1, 8, 0, 1, 0, 2], "producers 2 bulk 1"),
+        ([1, 8192, 16, 1, 2, 128, 1, 1, 8, 0, 0, 0, 5], "producers 5"),
+    ],
+)
+def test_a_case_it_cannot_run_fails_with_the_case_and_the_reason(bench, program, args, message):
+    with pytest.raises(SystemExit) as failed:
+        bench.run(program, args)
+    assert message in str(failed.value)
+
+
+def test_the_rows_become_a_table(bench):
+    row = {"B": 1, "S": 8192, "Z": 16, "slots": 1, "stages": 2, "tile": 128, "chain": 1, "merge": 1, "math_ns": 700}
+    row |= {"bulk": 0, "lds": 1, "producers": 0}
+    figures = {"per_layer_us": 12.8, "pct_of_floor": 61.7, "span_us": 11.9, "span_pct_of_floor": 66.4}
+    lines = bench.table([{**row, **figures, "side_by_side": 1}, {**row, "Z": 8, "producers": 2, **figures, "side_by_side": 2}])
+    assert lines[2] == "| 1 × 8192 | 16 | 1 | 2 × 128 | cp.async | all | 1 | 1 | stage | 700 | 12.8 | 62% | 11.9 | 66% |"
+    assert (
+        lines[3]
+        == "| 1 × 8192 | 8 | 1 | 2 × 128 | cp.async | 2 warps | 1 | 1 | stage | 700 | 12.8 (2 side by side) | 62% | 11.9 | 66% |"
+    )
+    assert len(lines) == 4
