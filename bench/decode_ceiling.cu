@@ -31,6 +31,7 @@
 //             rows (merge 0: each split writes its rows, no count).
 // Printed: the launch time of `copies` layers and of 1, the per-layer time (T(n) - T(1)) / (n - 1),
 // and the span of one layer in a launch of its own (first task start to last task end, globaltimer).
+// Tensor copies are first checked against cp.async of the same rows (a page of each kv head).
 //
 //   decode_ceiling B S Z slots stages tile chain merge copies math_ns bulk lds producers
 #include <cuda.h>
@@ -370,6 +371,39 @@ __global__ void __launch_bounds__(256, 1) decode(__grid_constant__ const Params 
   }
 }
 
+// The caches' contents: every 16-bit element a hash of its index, so that a row copied from the wrong
+// place shows.
+__global__ void fill(uint16_t *data, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    data[i] = static_cast<uint16_t>((i * 0x9E3779B1u) >> 7);
+}
+
+// Tensor copies checked against cp.async of the same rows: block h copies page (7 h) % pages of kv
+// head h of copy 0's K cache both ways into shared memory and counts the words that differ.
+__global__ void check_tensor_copies(__grid_constant__ const Params p, int pages, unsigned *mismatches) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) unsigned long long bar;
+  int const h = blockIdx.x, page = (7 * h) % pages;
+  uint8_t *tma = smem, *rows = smem + kPage * kRowBytes;
+  if (threadIdx.x == 0) {
+    bar_init(&bar);
+    bar_expect(&bar, kPage * kRowBytes);
+    tensor_page(tma, &p.maps[0], h, page, &bar);
+  }
+  for (int c = threadIdx.x; c < kPage * kRowBytes / 16; c += blockDim.x) {
+    int const row = c / (kRowBytes / 16), part = c % (kRowBytes / 16);
+    uint16_t const *src = p.k + ((static_cast<long long>(page) * kPage + row) * kHkv + h) * kD + part * 8;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(rows + c * 16)), "l"(src) : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  bar_wait(&bar, 0);
+  unsigned differ = 0;
+  for (int w = threadIdx.x; w < kPage * kRowBytes / 4; w += blockDim.x)
+    differ += reinterpret_cast<unsigned const *>(tma)[w] != reinterpret_cast<unsigned const *>(rows)[w];
+  atomicAdd(mismatches, differ);
+}
+
 using Kernel = void (*)(Params);
 
 template <int kSlots, int kStages>
@@ -442,8 +476,9 @@ int main(int argc, char **argv) {
   size_t const cache_bytes = size_t(copy_elems) * copies * 2;
   CHECK(cudaMalloc(&kc, cache_bytes));
   CHECK(cudaMalloc(&vc, cache_bytes));
-  CHECK(cudaMemset(kc, 0x3c, cache_bytes));
-  CHECK(cudaMemset(vc, 0x3c, cache_bytes));
+  fill<<<1024, 256>>>(kc, cache_bytes / 2);
+  fill<<<1024, 256>>>(vc, cache_bytes / 2);
+  CHECK(cudaGetLastError());
   CHECK(cudaMalloc(&d_first, B * sizeof(int)));
   CHECK(cudaMalloc(&d_pages, pages * sizeof(int)));
   CHECK(cudaMemcpy(d_first, first.data(), B * sizeof(int), cudaMemcpyHostToDevice));
@@ -483,6 +518,18 @@ int main(int argc, char **argv) {
         return 1;
       }
       p.maps[i] = maps[i];
+    }
+    unsigned *mismatches, differ = 0;
+    CHECK(cudaMalloc(&mismatches, sizeof(unsigned)));
+    CHECK(cudaMemset(mismatches, 0, sizeof(unsigned)));
+    CHECK(
+        cudaFuncSetAttribute(check_tensor_copies, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kPage * kRowBytes));
+    check_tensor_copies<<<kHkv, 256, 2 * kPage * kRowBytes>>>(p, pages, mismatches);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(&differ, mismatches, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    if (differ) {
+      std::fprintf(stderr, "decode_ceiling: tensor copies differ from cp.async of the same rows in %u words\n", differ);
+      return 1;
     }
   }
   cudaEvent_t a, e;
