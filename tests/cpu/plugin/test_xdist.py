@@ -91,8 +91,9 @@ def test_workers_share_the_cores_among_their_torch_pools(pytester: pytest.Pytest
         def test_threads(i):
             assert os.environ["OMP_NUM_THREADS"] == "{threads}"
             assert torch.get_num_threads() == {int(pool.stdout)}
-            child = subprocess.run({ask!r}, capture_output=True, text=True, check=True)
-            assert int(child.stdout) == {int(pool.stdout)}
+            if i == 0:  # one child is enough: each starts a torch of its own, a second or so
+                child = subprocess.run({ask!r}, capture_output=True, text=True, check=True)
+                assert int(child.stdout) == {int(pool.stdout)}
     """
     )
     result = pytester.runpytest_subprocess("-p", "mpk", "-n", "2", timeout=300)
