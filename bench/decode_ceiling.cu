@@ -47,14 +47,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int kHkv = 8, kD = 128, kPage = 64, kRows = 4;  // kv heads, head dim, page, q rows a task (GQA 4)
 constexpr int kRowBytes = kD * 2;

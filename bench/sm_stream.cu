@@ -13,14 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "cuda_check.h"
 
 // D loads a lane in flight, then consumed: the pattern of a task body's batch of k-blocks. The next
 // batch's addresses depend on this batch's values (through `zero`, 0 at run time), so that the

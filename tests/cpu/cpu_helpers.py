@@ -1,12 +1,14 @@
 """Builders shared by the CPU tests: RMSNorm tensors on a kernel, and task graphs made straight on
-``mpk_runtime.graph.TaskGraph`` (no kernel, no nvcc) for graph, schedule and codegen tests; and the
-target a cubin (a device-only build) was assembled for."""
+``mpk_runtime.graph.TaskGraph`` (no kernel, no nvcc) for graph, schedule and codegen tests; the
+target a cubin (a device-only build) was assembled for; a bench script loaded as a module."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,6 +17,21 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime.graph import CompiledGraph, DTensor, Layer, TaskGraph, build_compiled, build_schedule, collect_variants
 from mpk_runtime.tasks import registry
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def bench_module(name: str):
+    """bench/<name>.py as a module, with bench/ on sys.path while it loads (a bench imports its
+    neighbours, timing.py and layer_bench.py)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
 
 
 def rmsnorm_tensors(

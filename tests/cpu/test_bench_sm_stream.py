@@ -3,27 +3,15 @@ machine's nvcc, and the program's output becomes the rows and the table the benc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from cpu_helpers import bench_module
 
 from mpk_runtime import archs
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))  # the bench imports timing.py beside it
-    try:
-        spec = importlib.util.spec_from_file_location("bench_sm_stream", BENCH / "bench_sm_stream.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return bench_module("bench_sm_stream")
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm90"])
