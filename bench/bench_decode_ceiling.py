@@ -13,7 +13,7 @@ the math with that much waiting after each 128 keys, "reads: stage" for its shar
 byte of a tile read back once). What a variant does not reach, no body of that shape reaches: the
 real math, the q rows and the append only add to these times.
 
-    python bench/bench_decode_ceiling.py [--cases small|large|all]   # writes $OUT/bench_decode_ceiling.json
+    python bench/bench_decode_ceiling.py [--cases small|large|producers|tensor|all]   # writes $OUT/bench_decode_ceiling.json
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ TENSOR_VARIANTS = [
     (2, 2, 64, 1, 1, 2 * MATH_NS, 0, 1, 0),
     (2, 2, 64, 1, 1, 2 * MATH_NS, 2, 1, 0),
 ]
-# (B, S), splits, variants: the two decodes below the target, then two of the large ones.
+# (B, S), splits, variants by group (--cases): the two small decodes at several grids, two of the
+# large ones, then the four at the bench's grids for the producer warps and for the tensor copies.
 CASES = {
     "small": [((1, 8192), (8, 16, 32), SMALL_VARIANTS), ((8, 1024), (1, 2, 4), SMALL_VARIANTS)],
     "large": [((8, 8192), (2,), LARGE_VARIANTS), ((32, 4096), (1,), LARGE_VARIANTS)],
