@@ -81,7 +81,11 @@ def main() -> None:
     parser.add_argument("--keep-cache", metavar="DIR", help="Use (and keep) this cache directory; it must not exist yet")
     args = parser.parse_args()
     suites = list(SUITES) if args.suite == "both" else [args.suite]
-    print(json.dumps({"machine": f"{os.cpu_count()} CPUs", "python": sys.version.split()[0], "date": time.strftime("%F %T")}))
+    # PYTHONDONTWRITEBYTECODE=1 (set on the project's machines) makes every process compile every module
+    # from source: about 12 s of a warm default suite (docs/PERFORMANCE.md, twentieth session).
+    bytecode = "not written" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "written"
+    facts = {"machine": f"{os.cpu_count()} CPUs", "python": sys.version.split()[0], "bytecode": bytecode}
+    print(json.dumps({**facts, "date": time.strftime("%F %T")}))
     for suite in suites:
         cache = Path(args.keep_cache) if args.keep_cache else Path(tempfile.mkdtemp(prefix="mpk-bench-")) / "cache"
         if cache.exists():
