@@ -112,32 +112,42 @@ def build(arch: archs.Arch, where: Path) -> Path:
     return exe
 
 
+class CaseFailed(Exception):
+    """One case of the program failed: the case and the program's message."""
+
+
 def run(exe: Path, args: list[int]) -> dict[str, float]:
     """The program's figures for one case (B S Z slots stages tile chain merge copies math_ns bulk lds
     producers)."""
     done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"decode_ceiling {' '.join(map(str, args))} failed ({done.returncode}): {done.stderr.strip()}")
+        raise CaseFailed(f"decode_ceiling {' '.join(map(str, args))} failed ({done.returncode}): {done.stderr.strip()}")
     line = done.stdout.split()
     return {key: float(value) for key, value in zip(line[::2], line[1::2])}
 
 
 def table(rows: list[dict]) -> list[str]:
-    """Markdown rows; a grid whose copies run side by side is marked (its time is a throughput)."""
+    """Markdown rows; a grid whose copies run side by side is marked (its time is a throughput), and a
+    case that failed says so with the program's message."""
     out = [
         "| B, S | Z | slots | stages × tile | copies | copied by | chain | merge | reads | math ns | µs a layer "
         "| % of floor | span µs | span % of floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        mark = f" ({r['side_by_side']} side by side)" if r["side_by_side"] > 1 else ""
         copied_by = f"{r['producers']} warps" if r["producers"] else "all"
-        out.append(
+        case = (
             f"| {r['B']} × {r['S']} | {r['Z']} | {r['slots']} | {r['stages']} × {r['tile']} | "
             f"{COPIES[r['bulk']]} | {copied_by} | "
-            f"{r['chain']} | {r['merge']} | {'stage' if r['lds'] else 'word'} | "
-            f"{r['math_ns']} | {r['per_layer_us']:.1f}{mark} | {r['pct_of_floor']:.0f}% | "
-            f"{r['span_us']:.1f} | {r['span_pct_of_floor']:.0f}% |"
+            f"{r['chain']} | {r['merge']} | {'stage' if r['lds'] else 'word'} | {r['math_ns']} | "
+        )
+        if "error" in r:
+            out.append(case + f"FAILED: {r['error']} | | | |")
+            continue
+        mark = f" ({r['side_by_side']} side by side)" if r["side_by_side"] > 1 else ""
+        out.append(
+            case
+            + f"{r['per_layer_us']:.1f}{mark} | {r['pct_of_floor']:.0f}% | {r['span_us']:.1f} | {r['span_pct_of_floor']:.0f}% |"
         )
     return out
 
@@ -159,14 +169,17 @@ def main() -> None:
                 for slots, stages, tile, chain, merge, math_ns, bulk, lds, producers in variants:
                     if bulk and torch.cuda.get_device_capability(0)[0] < 9:
                         continue  # bulk copies are sm90's
-                    r = run(exe, [b, s, z, slots, stages, tile, chain, merge, copies, math_ns, bulk, lds, producers])
                     shape = {"B": b, "S": s, "Z": z, "slots": slots, "stages": stages, "tile": tile}
+                    shape |= {"chain": chain, "merge": merge, "math_ns": math_ns, "bulk": bulk, "lds": lds}
+                    shape |= {"producers": producers, "copies": copies, "floor_us": floor}
+                    try:  # a failing case is reported with the others, not in place of them
+                        r = run(exe, [b, s, z, slots, stages, tile, chain, merge, copies, math_ns, bulk, lds, producers])
+                    except CaseFailed as failed:
+                        rows.append({**shape, "error": str(failed)})
+                        continue
                     rows.append(
                         {
                             **shape,
-                            **{"chain": chain, "merge": merge, "math_ns": math_ns, "bulk": bulk, "lds": lds},
-                            "producers": producers,
-                            **{"copies": copies, "floor_us": floor},
                             **r,
                             "pct_of_floor": 100 * floor / r["per_layer_us"],
                             "span_pct_of_floor": 100 * floor / r["span_us"],
@@ -176,6 +189,8 @@ def main() -> None:
     print(f"{facts['device']}, {facts['date']}: copy bandwidth {copy:.2f} TB/s; a split-KV decode without its math")
     print("\n".join(table(rows)))
     timing.save("bench_decode_ceiling", {**facts, "copy_TBps": copy, "rows": rows})
+    if failed := sum("error" in r for r in rows):
+        raise SystemExit(f"bench_decode_ceiling: {failed} of {len(rows)} cases failed (their rows say why)")
 
 
 if __name__ == "__main__":

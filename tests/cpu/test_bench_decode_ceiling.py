@@ -44,7 +44,7 @@ def program(bench, tmp_path_factory):
     ],
 )
 def test_a_case_it_cannot_run_fails_with_the_case_and_the_reason(bench, program, args, message):
-    with pytest.raises(SystemExit) as failed:
+    with pytest.raises(bench.CaseFailed) as failed:
         bench.run(program, args)
     assert message in str(failed.value)
 
@@ -60,3 +60,13 @@ def test_the_rows_become_a_table(bench):
         == "| 1 × 8192 | 8 | 1 | 2 × 128 | cp.async | 2 warps | 1 | 1 | stage | 700 | 12.8 (2 side by side) | 62% | 11.9 | 66% |"
     )
     assert len(lines) == 4
+
+
+def test_a_failed_case_is_a_row_of_the_table(bench):
+    row = {"B": 32, "S": 4096, "Z": 1, "slots": 1, "stages": 3, "tile": 128, "chain": 1, "merge": 1, "math_ns": 0}
+    row |= {"bulk": 2, "lds": 1, "producers": 0, "error": "decode_ceiling 32 4096 ... failed (1): tensor copies differ"}
+    (line,) = bench.table([row])[2:]
+    assert line == (
+        "| 32 × 4096 | 1 | 1 | 3 × 128 | tensor | all | 1 | 1 | stage | 0 | "
+        "FAILED: decode_ceiling 32 4096 ... failed (1): tensor copies differ | | | |"
+    )
