@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from . import devices, sanitize
+from . import cpu_share, devices, sanitize
 
 SESSION_KEY = pytest.StashKey["MpkSession"]()
 BACKEND_PROPERTY = "mpk_backend"  # user property of every item that ran a kernel: which backend did
@@ -120,8 +120,7 @@ class MpkSession:
 
     def build_jobs(self) -> int:
         """How many nvcc processes a sweep may run at once: this process's share of the CPUs."""
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, cpus // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        return max(1, cpu_share.usable_cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
     def node_from_here(self, item: pytest.Item) -> str:
         """``item``'s node id with its file relative to where pytest was started, not to the rootdir

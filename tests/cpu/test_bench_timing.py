@@ -3,23 +3,17 @@ paced is reported on stderr and saved with the results; one the GPU paced is not
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from cpu_helpers import bench_module
 
 
 @pytest.fixture
 def timing(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_timing", BENCH / "timing.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # a fresh module: HOST_BOUND starts empty
-    return module
+    return bench_module("timing")  # a fresh module: HOST_BOUND starts empty
 
 
 def fake_gpu(monkeypatch, us_per_call: float, reps: int) -> None:
