@@ -1,22 +1,26 @@
 // The block runner: the threads of one thread block as fibers on the calling OS thread.
 //
 // A round runs every runnable fiber, in the configured order, until it blocks: at a barrier, at a
-// warp collective, at __nanosleep, or by returning (in the shuffled order a warp at times sits out
-// a few rounds, as warps drift apart on the device). Then the runner completes what can complete:
-// a warp collective once every lane named in its mask waits at a collective of the same kind, mask
-// and width (the same intrinsic, possibly at another line, as the programming guide allows), a
-// named barrier (bar.sync id, n) once n threads, whole warps, wait at id (at any line), and a block
-// barrier once every thread waits at it. What can never complete is reported and stops the run:
+// warp collective, at __nanosleep or an mbarrier wait, or by returning (in the shuffled order a warp
+// at times sits out a few rounds, as warps drift apart on the device). Then the runner completes
+// what can complete: a warp collective once every lane named in its mask waits at a collective of
+// the same kind, mask and width (the same intrinsic, possibly at another line, as the programming
+// guide allows), a named barrier (bar.sync id, n) once n threads, whole warps, wait at id (at any
+// line), and a block barrier once every thread waits at it. What can never complete is reported and
+// stops the run:
 //   - a barrier that some threads returned without reaching, or threads waiting at different barriers;
 //   - more threads at a named barrier than its count, or threads giving one id different counts;
 //   - a collective whose mask leaves out the calling lane, names a lane that returned, or names lanes
 //     that wait elsewhere; a shuffle that reads a lane outside its mask; an invalid shuffle width;
-//   - threads that spin in __nanosleep while nothing else can move.
+//   - threads that spin in __nanosleep or wait on an mbarrier while nothing else can move (within
+//     a few rounds when all of them wait on mbarriers: only other threads could complete a phase).
 // Shuffle results follow the PTX ISA's shfl.sync definition (clamp / segment mask from the width),
 // with each lane's own source lane or offset. A warp_exchange (mma) completes like a shuffle and
 // hands every lane's payload to its combine function. cp.async copies wait in their thread's queue
 // until its cp_async_wait_all(), the cp_async_wait_group(n) that covers their group (all but the
-// newest n committed groups), or its return (the hardware lands them anyway).
+// newest n committed groups), or its return (the hardware lands them anyway). TMA copies wait on
+// their mbarrier until a wait on it; one still queued when the task ends is reported, since on the
+// device it would write the shared memory of whatever runs next.
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,10 +77,41 @@ thread_local ThreadView const *tls_view = nullptr;
 thread_local Block *tls_block = nullptr;
 thread_local Thread *tls_thread = nullptr;
 
+std::string where(Site s) { return std::string(s.file) + ":" + std::to_string(s.line); }
+
+std::string prefix(char const *what) { return finding(what); }
+
+[[noreturn]] void abort_block(std::string msg) { abandon_fiber(std::move(msg)); }
+
+void suspend(Thread &t) {
+  Block &b = *tls_block;
+  if (b.next < b.order.size()) {
+    Thread &n = b.threads[b.order[b.next++]];
+    tls_thread = &n;
+    tls_view = &n.view;
+    switch_context(t.ctx, n.ctx);
+  } else {
+    tls_thread = nullptr;
+    tls_view = nullptr;
+    switch_context(t.ctx, b.scheduler);
+  }
+}
+
+Thread &current(char const *what) {
+  if (!tls_thread) {
+    fprintf(stderr, "mpk emulation: %s called outside an emulated block\n", what);
+    abort();
+  }
+  return *tls_thread;
+}
+
 namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr long kMaxIdleRounds = 1 << 16;  // rounds in which every thread that ran only yielded
+// The same when every such thread waits on an mbarrier: a phase completes only by other threads'
+// arrivals and copies, so once every thread has run (the lagging warp too) and none moved, none will.
+constexpr long kMbarrierIdleRounds = 3;
 
 // Per OS thread: the Thread records, then one stack per fiber above a guard page (an overflow
 // faults instead of corrupting the next stack). One range, so the race checker skips it in one test.
@@ -134,8 +169,6 @@ bool same_collective(Thread const &a, Thread const &b) {
          a.combine == b.combine;
 }
 
-std::string where(Site s) { return std::string(s.file) + ":" + std::to_string(s.line); }
-
 std::string hex_mask(unsigned m) {
   char buf[16];
   snprintf(buf, sizeof buf, "0x%08x", m);
@@ -153,6 +186,7 @@ std::string waiting_at(Thread const &t) {
     case State::kWarp:
       return std::string(warp_name(t)) + "(mask " + hex_mask(t.mask) + ") at " + where(t.site);
     case State::kYielded:
+      if (t.mbarrier) return "mbarrier_wait_parity(parity " + std::to_string(t.parity) + ") at " + where(t.site);
       return "__nanosleep at " + where(t.site);
     case State::kDone:
       return "returned";
@@ -161,34 +195,7 @@ std::string waiting_at(Thread const &t) {
   }
 }
 
-std::string prefix(char const *what) { return finding(what); }
-
-[[noreturn]] void abort_block(std::string msg) { abandon_fiber(std::move(msg)); }
-
 bool stopped(Block const &b) { return !b.failure.empty() || b.fault.sig != 0; }
-
-// The running fiber blocks: on to the round's next fiber, or back to the scheduler after the last.
-void suspend(Thread &t) {
-  Block &b = *tls_block;
-  if (b.next < b.order.size()) {
-    Thread &n = b.threads[b.order[b.next++]];
-    tls_thread = &n;
-    tls_view = &n.view;
-    switch_context(t.ctx, n.ctx);
-  } else {
-    tls_thread = nullptr;
-    tls_view = nullptr;
-    switch_context(t.ctx, b.scheduler);
-  }
-}
-
-Thread &current(char const *what) {
-  if (!tls_thread) {
-    fprintf(stderr, "mpk emulation: %s called outside an emulated block\n", what);
-    abort();
-  }
-  return *tls_thread;
-}
 
 // Land the thread's copies of groups older than `before` (every copy: ~0u), keep the rest in flight.
 void land_copies(Thread &t, uint32_t before = ~0u) {
@@ -576,8 +583,10 @@ void schedule(Block &b) {
       idle_rounds = 0;
       continue;
     }
-    if (runnable) {  // only __nanosleep spinners can move
-      if (++idle_rounds < kMaxIdleRounds) continue;
+    if (runnable) {  // only __nanosleep spinners and mbarrier waiters can move
+      bool const only_mbarriers = std::all_of(b.threads, b.threads + n,
+                                              [](Thread const &t) { return t.state != State::kYielded || t.mbarrier; });
+      if (++idle_rounds < (only_mbarriers ? kMbarrierIdleRounds : kMaxIdleRounds)) continue;
       std::vector<uint32_t> spinning;
       std::string others;
       for (int i = 0; i < n; ++i) {
@@ -587,8 +596,10 @@ void schedule(Block &b) {
         else if (others.empty() && t.state != State::kDone)
           others = "; " + describe_thread(i) + " waits at " + waiting_at(t);
       }
+      Thread const &first = b.threads[spinning[0]];
       b.failure = prefix("hang") + describe_threads(spinning) + (spinning.size() == 1 ? " spins" : " spin") + " at " +
-                  waiting_at(b.threads[spinning[0]]) + " and nothing else can move" + others;
+                  waiting_at(first) + " and nothing else can move" +
+                  (first.mbarrier ? " (" + mbarrier_state(b, first.mbarrier) + ")" : "") + others;
       return;
     }
     if (at_warp) {
@@ -866,7 +877,7 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
     schedule(b);
   }
   std::string const races = cfg.race_check ? race_end(b) : std::string();
-  report = b.fault.sig ? describe_fault(b) : b.failure;
+  report = b.fault.sig ? describe_fault(b) : !b.failure.empty() ? b.failure : copies_in_flight(b);
   if (report.empty() && races.empty()) report = canary_report(cfg, past, past_bytes);
   tls_block = nullptr;
   if (!races.empty()) report += (report.empty() ? "" : "\n") + races;

@@ -28,6 +28,8 @@
 // write outside its output slices clobbers another task's data or an input, and an address in no
 // tensor at all is reported as such. A cp.async destination counts as written by an agent that
 // nothing orders with until the issuing thread's wait, which then reads the source and writes it.
+// A TMA destination likewise, until a wait on its mbarrier lands it; that write is then ordered
+// before the accesses of threads that know its phase complete (block_state.h, race_tma_land).
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
@@ -45,7 +47,15 @@ namespace mpk {
 namespace emu {
 namespace {
 
-enum : uint16_t { kAtomic = 1, kAsync = 2 };
+enum : uint16_t { kAtomic = 1, kAsync = 2, kTma = 4, kLanded = 8 };
+// A kLanded access keeps its landing's number in the flags' other bits: 1 + its index in
+// RaceState::landings, or 0 once those run out (then it is ordered before everything).
+constexpr int kLandingShift = 4;
+constexpr size_t kMaxLandings = (1u << (16 - kLandingShift)) - 1;
+
+struct Landing {  // the mbarrier phase whose copies a wait landed
+  uint32_t slot, phase;
+};
 
 struct Access {
   uint32_t epoch;  // 0, or below the task's first epoch: none
@@ -53,7 +63,7 @@ struct Access {
   uint32_t warp_clock;  // the named barriers the thread's warp had passed
   uint32_t pc;  // offset in the module
   uint16_t tid;
-  uint16_t flags;  // kAtomic, kAsync (a cp.async in flight: ordered with nothing)
+  uint16_t flags;  // kAtomic, kAsync (a copy in flight: ordered with nothing; kTma: a TMA copy), kLanded
 };
 
 struct Cell {  // one byte of application memory
@@ -101,6 +111,7 @@ struct RaceState {
   Cell *last_cells = nullptr;
   std::vector<Report> reports;
   size_t dropped = 0;
+  std::vector<Landing> landings;  // in landing order, one per phase landed (a run of copies)
 };
 // Per OS thread, created on first use; a plain pointer so that reaching it costs one TLS lookup
 // (a thread_local object with a constructor costs an initialization check at every access).
@@ -147,6 +158,10 @@ inline bool live(RaceState const &rs, Access const &a) { return a.epoch >= rs.ta
 
 inline bool ordered_before(RaceState const &rs, Access const &a, Thread const &t) {
   if (a.flags & kAsync) return false;
+  if (a.flags & kLanded) {  // a TMA copy a wait landed: ordered for those who know its phase complete
+    uint32_t const n = a.flags >> kLandingShift;
+    if (!n || t.mbarrier_seen[rs.landings[n - 1].slot] > rs.landings[n - 1].phase) return true;
+  }
   return a.epoch < rs.epoch || a.tid == t.tid || (a.tid / 32 == t.tid / 32 && t.clock[a.tid % 32] >= a.clock) ||
          t.warp_clock[a.tid / 32] > a.warp_clock;
 }
@@ -176,7 +191,8 @@ Finding check_slices(RaceState const &rs, uintptr_t addr, uintptr_t size, bool w
 
 // aligned: g++ called the hook for an access whose type has the alignment of its size (uint4,
 // float2, ...); the device faults when such an access is misaligned, x86 does not. flags: kAtomic,
-// kAsync (a cp.async issue), landing (its wait: the thread's own async write is complete).
+// kAsync (a cp.async or, with kTma, TMA issue), landing (its wait: the thread's own async write, or
+// with kLanded any TMA copy's, is complete).
 void access(uintptr_t addr, uintptr_t size, bool write, uint16_t flags, uint32_t pc, bool aligned = false,
             bool landing = false) {
   RaceState *state = tls_race;
@@ -210,7 +226,7 @@ void access(uintptr_t addr, uintptr_t size, bool write, uint16_t flags, uint32_t
   for (uintptr_t a = addr; a < addr + size; ++a) {
     Cell &c = page_cells(rs, a / kPageBytes)[a % kPageBytes];
     auto conflicts = [&](Access const &o) {
-      if (landing && (o.flags & kAsync) && o.tid == me.tid) return false;
+      if (landing && (o.flags & kAsync) && (o.tid == me.tid || (flags & kLanded))) return false;
       return live(rs, o) && !ordered_before(rs, o, *t) && !((o.flags & kAtomic) && atomic);
     };
     if (!found) {
@@ -262,7 +278,8 @@ std::string address(RaceState const &rs, uintptr_t a, std::vector<TlsSymbol> con
   return rs.memory ? tensor_address(*rs.memory, a) : tensor_address(Memory{}, a);
 }
 
-char const *verb(bool write, bool atomic, bool past, bool async = false) {
+char const *verb(bool write, bool atomic, bool past, bool async = false, bool tma = false) {
+  if (tma) return past ? "started a TMA copy that writes" : "starts a TMA copy that writes";
   if (async) return past ? "started a cp.async that writes" : "starts a cp.async that writes";
   if (atomic) return past ? "did an atomic on" : "does an atomic on";
   if (write) return past ? "wrote" : "writes";
@@ -300,6 +317,7 @@ void race_begin(Block &b) {
   rs.last_page = ~uintptr_t{0};
   rs.reports.clear();
   rs.dropped = 0;
+  rs.landings.clear();
   rs.task_epoch = ++rs.epoch;
   rs.skip_lo = b.stacks_lo;
   rs.skip_size = b.stacks_hi - b.stacks_lo;
@@ -346,6 +364,18 @@ void race_async_land(uintptr_t dst, uintptr_t src, uint32_t bytes, uint32_t pc) 
   access(dst, bytes, true, 0, pc, false, true);
 }
 
+void race_tma_issue(uintptr_t dst, uint32_t bytes, uint32_t pc) { access(dst, bytes, true, kAsync | kTma, pc); }
+
+void race_tma_read(uintptr_t src, uint32_t bytes, uint32_t pc) { access(src, bytes, false, 0, pc); }
+
+void race_tma_land(uintptr_t dst, uint32_t bytes, uint32_t pc, uint32_t slot, uint32_t phase) {
+  std::vector<Landing> &l = race_state().landings;
+  auto const last = [&] { return !l.empty() && l.back().slot == slot && l.back().phase == phase; };
+  if (slot < kTrackedMbarriers && !last() && l.size() < kMaxLandings) l.push_back({slot, phase});
+  uint32_t const n = slot < kTrackedMbarriers && last() ? static_cast<uint32_t>(l.size()) : 0;  // 0: untracked
+  access(dst, bytes, true, static_cast<uint16_t>(kLanded | n << kLandingShift), pc, false, true);
+}
+
 void race_barrier(Block &b) {
   ++race_state().epoch;
   for (int i = 0; i < b.cfg.num_threads; ++i) {
@@ -358,11 +388,16 @@ void race_barrier(Block &b) {
 void race_syncwarp(Block &b, uint32_t warp, unsigned mask) {
   uint32_t joined[32] = {};
   Thread *lanes = b.threads + warp * 32;
-  for (unsigned m = mask; m; m &= m - 1)
-    for (int l = 0; l < 32; ++l) joined[l] = std::max(joined[l], lanes[__builtin_ctz(m)].clock[l]);
+  uint32_t seen[kTrackedMbarriers] = {};
+  for (unsigned m = mask; m; m &= m - 1) {
+    Thread const &t = lanes[__builtin_ctz(m)];
+    for (int l = 0; l < 32; ++l) joined[l] = std::max(joined[l], t.clock[l]);
+    for (int k = 0; k < kTrackedMbarriers; ++k) seen[k] = std::max(seen[k], t.mbarrier_seen[k]);
+  }
   for (unsigned m = mask; m; m &= m - 1) {
     Thread &t = lanes[__builtin_ctz(m)];
     memcpy(t.clock, joined, sizeof joined);
+    memcpy(t.mbarrier_seen, seen, sizeof seen);
     ++t.clock[t.tid % 32];
   }
 }
@@ -370,10 +405,13 @@ void race_syncwarp(Block &b, uint32_t warp, unsigned mask) {
 void race_named_barrier(Block &b, std::vector<uint32_t> const &tids) {
   uint32_t joined[kMaxWarps] = {};
   unsigned masks[kMaxWarps] = {};  // the lanes of each warp that passed
+  uint32_t seen[kTrackedMbarriers] = {};
   for (uint32_t tid : tids) {
     masks[tid / 32] |= 1u << (tid % 32);
     for (int w = 0; w < kMaxWarps; ++w) joined[w] = std::max(joined[w], b.threads[tid].warp_clock[w]);
+    for (int k = 0; k < kTrackedMbarriers; ++k) seen[k] = std::max(seen[k], b.threads[tid].mbarrier_seen[k]);
   }
+  for (uint32_t tid : tids) memcpy(b.threads[tid].mbarrier_seen, seen, sizeof seen);
   for (int w = 0; w < kMaxWarps; ++w)
     if (masks[w]) ++joined[w];  // each warp that passed has passed one more
   for (uint32_t tid : tids) memcpy(b.threads[tid].warp_clock, joined, sizeof joined);
@@ -408,7 +446,16 @@ std::string race_end(Block &b) {
                             location(where, r.pc);
     switch (r.kind) {
       case Finding::kRace:
-        if (r.prior.flags & kAsync)
+        if (r.prior.flags & kTma)
+          out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " +
+                 verb(true, false, true, true, true) + " it at " + location(where, r.prior.pc) +
+                 ", which lands only at a wait on its mbarrier that completes the phase";
+        else if (r.prior.flags & kLanded)
+          out += "data race" + task + who + "; the TMA copy started at " + location(where, r.prior.pc) +
+                 " wrote it, landed by " + describe_thread(r.prior.tid) +
+                 "'s wait on its mbarrier, and this thread has not waited for that phase (nor synchronized with a "
+                 "thread that did)";
+        else if (r.prior.flags & kAsync)
           out += "data race" + task + who + "; " + describe_thread(r.prior.tid) + " " + verb(true, false, true, true) +
                  " it at " + location(where, r.prior.pc) +
                  ", which lands only at that thread's cp_async_wait_all() (and, for other threads, a "

@@ -61,5 +61,26 @@ void cp_async_commit();
 void cp_async_wait_all();
 void cp_async_wait_group(int n);
 
+// mbarriers and TMA tensor copies (primitives/tma.cuh). The runner keeps each mbarrier's state by
+// its shared address, from the task's mbarrier_init: arrivals per phase, arrivals still to come,
+// tx-count (bytes announced by arrive_expect_tx less bytes landed), phases completed, and the TMA
+// copies queued on it. A copy lands (global -> shared, tx-count -= its bytes) at a wait on its
+// barrier; a phase completes once its arrivals are in and its tx-count is 0. `site` is the caller's
+// line (the host versions pass __builtin_FILE / __builtin_LINE as a default argument).
+struct TmaBox {
+  void const *base;
+  int rank;  // 1 to 5; dim 0 contiguous
+  int elem_bytes;
+  int dims[5];
+  long long strides[4];  // bytes, of dims 1 .. rank - 1
+  int box[5];            // elements per dim
+  int coords[5];         // the box's first element; outside [0, dims) lands as zeros
+  bool swizzle128;       // CU_TENSOR_MAP_SWIZZLE_128B
+};
+void mbarrier_init(Site site, uint64_t *bar, unsigned arrivals);
+void mbarrier_arrive_expect_tx(Site site, uint64_t *bar, unsigned bytes);
+void mbarrier_wait_parity(Site site, uint64_t *bar, unsigned parity);
+void tma_load(Site site, void *smem_dst, TmaBox const &copy, uint64_t *bar);
+
 }  // namespace emu
 }  // namespace mpk

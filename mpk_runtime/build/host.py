@@ -32,7 +32,7 @@ from .nvcc import resolve_includes
 
 EMULATION = resources.CSRC / "emulation"
 REPO = resources.CSRC.parent
-RUNTIME_SOURCES = ("block_runner.cpp", "race_check.cpp", "faults.cpp", "symbols.cpp")
+RUNTIME_SOURCES = ("block_runner.cpp", "tma.cpp", "race_check.cpp", "faults.cpp", "symbols.cpp")
 ARCHIVE = "runtime.a"
 SHIM = "emulation/cuda_shim.h"
 PCH = "shim_pch.h"  # a header that includes the shim; g++ reads shim_pch.h.gch beside it instead

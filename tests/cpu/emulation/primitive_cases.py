@@ -5,6 +5,8 @@ kernels on the same inputs."""
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +20,18 @@ HEADER = HERE / "primitives.cuh"
 ARCH = "sm80"  # 128 threads, 4 warps; sm80 code also runs on every GPU the runtime supports
 N = 128
 WARPS = N // 32
-SMEM = N * 16  # cp_async_copy's shared memory
+SMEM = 4096  # the most a kernel uses: a TMA box (2048 bytes) and an mbarrier past it
 
 
 @dataclass(frozen=True)
 class Kernel:
     name: str
     call: str  # the C++ call, as the dispatcher writes it
+    device: bool = True  # False: the host emulator only (TMA: the device would need an encoded map)
+
+
+def _tma(name: str, call: str) -> Kernel:
+    return Kernel(name, f"mpk::prim_test::{call}(task, rt);", device=False)
 
 
 KERNELS = [
@@ -38,6 +45,16 @@ KERNELS = [
     Kernel("vec_bf16", "mpk::prim_test::vec_round_trip<__nv_bfloat16>(task, rt);"),
     Kernel("vec_fp16", "mpk::prim_test::vec_round_trip<__half>(task, rt);"),
     Kernel("named_barriers", "mpk::prim_test::named_barriers(task, rt);"),
+    _tma("tma_tile", "tma_tile<false>"),
+    _tma("tma_tile_swizzled", "tma_tile<true>"),
+    _tma("tma_pipeline", "tma_pipeline"),
+    _tma("tma_uninitialized", "tma_uninitialized"),
+    _tma("tma_to_global", "tma_to_global"),
+    _tma("tma_misaligned", "tma_misaligned"),
+    _tma("tma_never_completes", "tma_never_completes"),
+    _tma("tma_too_many_bytes", "tma_too_many_bytes"),
+    _tma("tma_early_read", "tma_early_read"),
+    _tma("tma_never_waited", "tma_never_waited"),
 ]
 VARIANT = {k.name: i for i, k in enumerate(KERNELS)}
 
@@ -67,7 +84,7 @@ __device__ __forceinline__ void execute_task(uint32_t variant, TaskDesc const &t
 def device_source(module: str) -> str:
     """The same kernels as a task-body extension for nvcc (runtime/task_body.cuh: one thread block
     per descriptor), primitives.cuh pasted in since nvcc searches csrc only."""
-    bodies = "\n".join(f"MPK_TASK_BODY({i}, ({k.call.rstrip(';')}), ({SMEM}u))" for i, k in enumerate(KERNELS))
+    bodies = "\n".join(f"MPK_TASK_BODY({i}, ({k.call.rstrip(';')}), ({SMEM}u))" for i, k in enumerate(KERNELS) if k.device)
     return f"""// primitive kernels of tests/cpu/emulation, for the device
 #include <pybind11/pybind11.h>
 #include <string>
@@ -112,6 +129,10 @@ def inputs(name: str, seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Ten
         # ties: halfway between two representable values must round to even
         x[8:16] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-11, 1 + 3 * 2**-11, 2**-9, 3.0, -(1 + 2**-8), 1.0])
         return [x], [torch.empty(N * per, dtype=dtype), torch.full((N * per,), float("nan"))]
+    if name.startswith("tma"):
+        data = torch.randint(-(2**15), 2**15, TMA_STORAGE, generator=g, dtype=torch.int16)
+        box = torch.full((2 * N if name == "tma_pipeline" else N, 8), -1, dtype=torch.int16)  # 16 bytes a thread (a stage)
+        return [data], [box, torch.zeros(1, dtype=torch.int64)] if name.startswith("tma_tile") else [box]
     if name == "named_barriers":
         return [torch.randint(0, 1 << 20, (N,), generator=g, dtype=torch.int32)], [torch.full((5 * N,), -1, dtype=torch.int32)]
     raise KeyError(name)
@@ -125,6 +146,14 @@ def run_host(module: host_runner.HostModule, name: str, ins: list[torch.Tensor],
 
 def load_host(race_check: bool = False) -> host_runner.HostModule:
     return host_runner.load(host_source(), ARCH, "primitive_kernels", race_check=race_check, include_dirs=[HERE])
+
+
+def marked(name: str) -> str:
+    """``tests/cpu/emulation/primitives.cuh:<line>`` of the line marked ``// @name``."""
+    for i, line in enumerate(HEADER.read_text().splitlines(), 1):
+        if re.search(rf"// @{re.escape(name)}$", line):
+            return f"tests/cpu/emulation/primitives.cuh:{i}"
+    raise LookupError(f"no line marked @{name} in {HEADER}")
 
 
 # -- the models: the semantics comments of csrc/primitives, in PyTorch ---------------------------------
@@ -165,6 +194,36 @@ def named_barriers_model(x: torch.Tensor) -> torch.Tensor:
     neighbour = t // half * half + (t % half + 1) % half
     rounds = torch.where(t < half, 3, 5)
     return torch.stack([torch.where(r < rounds, x[neighbour] + r, 0) for r in range(5)]).flatten().to(torch.int32)
+
+
+# The TMA kernels' tensor (primitives.cuh): dims (100, 6, 3, 2), dim 0 first, rows padded to 112.
+TMA_DIMS = (100, 6, 3, 2)
+TMA_STORAGE = (2, 3, 6, 112)  # dims 3, 2, 1, 0 as PyTorch indexes them, with the padding
+TMA_BOX = (64, 4, 2, 2)
+
+
+def tma_box_model(data: torch.Tensor, coords: tuple[int, ...]) -> torch.Tensor:
+    """The box at ``coords`` (dim 0 first) as a TMA copy lays it in shared memory, dense and dim 0
+    fastest: element (i0, i1, i2, i3) is the tensor's at coords + i, or 0 where that is outside dims."""
+    out = torch.zeros(TMA_BOX[::-1], dtype=data.dtype)
+    c0 = coords[0]
+    lo, hi = max(0, -c0), min(TMA_BOX[0], TMA_DIMS[0] - c0)  # the run of dim 0 inside the tensor
+    for i3, i2, i1 in itertools.product(*(range(b) for b in TMA_BOX[:0:-1])):
+        g3, g2, g1 = coords[3] + i3, coords[2] + i2, coords[1] + i1
+        if 0 <= g1 < TMA_DIMS[1] and 0 <= g2 < TMA_DIMS[2] and 0 <= g3 < TMA_DIMS[3] and lo < hi:
+            out[i3, i2, i1, lo:hi] = data[g3, g2, g1, c0 + lo : c0 + hi]
+    return out.flatten()
+
+
+def swizzle128_model(box: torch.Tensor, shared_address: int) -> torch.Tensor:
+    """CU_TENSOR_MAP_SWIZZLE_128B: the 16-byte chunk at shared address a moves to a with bits 4-6
+    XOR-ed by bits 7-9."""
+    chunks = box.view(torch.uint8).view(-1, 16)
+    out = torch.empty_like(chunks)
+    for k in range(chunks.shape[0]):
+        a = shared_address + 16 * k
+        out[((a ^ (((a >> 7) & 7) << 4)) - shared_address) // 16] = chunks[k]
+    return out.flatten().view(box.dtype)
 
 
 def maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@
 #include "primitives/memory_order.cuh"
 #include "primitives/mma.cuh"
 #include "primitives/timer.cuh"
+#include "primitives/tma.cuh"
 #include "primitives/vec.cuh"
 #include "primitives/warp.cuh"
 #include "runtime/task_api.cuh"
@@ -145,6 +146,136 @@ __device__ void vec_round_trip(TaskDesc const &task, Runtime const &) {
   store16(out + t * V, v);
   load16(out + t * V, w);
   for (int k = 0; k < V; ++k) back[t * V + k] = w[k];
+}
+
+// TMA, on the host emulator only: the device would need a map the host encoded (primitive_cases.py
+// leaves these kernels out of the device build). The tensor: int16, dims (100, 6, 3, 2), rows
+// padded to 112 elements (the padding is never read); a box is (64, 4, 2, 2): 16 rows of 128 bytes.
+// The copies go to dynamic shared memory; the error cases' mbarrier sits past the box.
+constexpr unsigned kTmaBoxBytes = 64 * 4 * 2 * 2 * 2;
+
+__device__ __forceinline__ TmaGeometry4 tma_geometry(TaskDesc const &task, bool swizzle, int box3 = 2) {
+  return TmaGeometry4{
+      task.input<int16_t const>(0), 2, {100, 6, 3, 2}, {224, 224 * 6, 224 * 6 * 3}, {64, 4, 2, box3}, swizzle};
+}
+
+// Thread 0 starts the copy of the box at (48, -1, 2, 0), which reaches outside dims 0, 1 and 2;
+// every thread waits for phase 0 and writes 16 bytes of shared memory as they lie there (swizzled
+// or not) to out 0. Out 1: the destination's shared address, which the swizzle depends on.
+template <bool kSwizzle>
+__device__ void tma_tile(TaskDesc const &task, Runtime const &) {
+  __shared__ uint64_t bar;
+  uint4 *s = reinterpret_cast<uint4 *>(dynamic_smem);
+  int const t = threadIdx.x;
+  if (t == 0) mbarrier_init(&bar, 1);
+  __syncthreads();
+  if (t == 0) {
+    mbarrier_arrive_expect_tx(&bar, kTmaBoxBytes);
+    tma_load_4d(s, nullptr, tma_geometry(task, kSwizzle), 48, -1, 2, 0, &bar);
+  }
+  mbarrier_wait_parity(&bar, 0);
+  task.output<uint4>(0)[t] = s[t];
+  if (t == 0) task.output<long long>(1)[0] = static_cast<long long>(__cvta_generic_to_shared(s));
+}
+
+// Two stages through one buffer and one mbarrier (phases 0 and 1). Before the first, thread 0's wait
+// for parity 1 returns at once (the phase before phase 0 counts as complete). Stage 0: thread 0 copies
+// the box at (0, 0, 0, 0); stage 1: the box at (36, 2, 1, 0) in two halves along dim 3, by threads
+// 0 and 32, counted on the barrier by thread 0's one arrival. out[stage * N + t]: 16 bytes each.
+__device__ void tma_pipeline(TaskDesc const &task, Runtime const &) {
+  __shared__ uint64_t bar;
+  uint4 *s = reinterpret_cast<uint4 *>(dynamic_smem);
+  uint4 *out = task.output<uint4>(0);
+  int const t = threadIdx.x;
+  if (t == 0) mbarrier_init(&bar, 1);
+  __syncthreads();
+  if (t == 0) {
+    mbarrier_wait_parity(&bar, 1);  // (not by the other threads: thread 0 may have completed phase 0 by then)
+    mbarrier_arrive_expect_tx(&bar, kTmaBoxBytes);
+    tma_load_4d(s, nullptr, tma_geometry(task, false), 0, 0, 0, 0, &bar);
+  }
+  mbarrier_wait_parity(&bar, 0);
+  out[t] = s[t];
+  __syncthreads();  // every read of stage 0 before stage 1 overwrites the buffer
+  if (t == 0) mbarrier_arrive_expect_tx(&bar, kTmaBoxBytes);
+  if (t == 0 || t == 32)  // thread 32's half may land before thread 0 announces the bytes: tx-count < 0 a while
+    tma_load_4d(dynamic_smem + t / 32 * (kTmaBoxBytes / 2), nullptr, tma_geometry(task, false, 1), 36, 2, 1, t / 32,
+                &bar);
+  mbarrier_wait_parity(&bar, 1);
+  out[kWorkerThreads + t] = s[t];
+}
+
+// The mistakes the emulator reports, one a kernel (thread 0 alone unless said).
+__device__ void tma_uninitialized(TaskDesc const &, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x == 0) mbarrier_wait_parity(bar, 0);  // @tma-uninitialized
+}
+
+__device__ void tma_to_global(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x != 0) return;
+  mbarrier_init(bar, 1);
+  mbarrier_arrive_expect_tx(bar, kTmaBoxBytes);
+  tma_load_4d(task.output<void>(0), nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);  // @tma-to-global
+}
+
+__device__ void tma_misaligned(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x != 0) return;
+  mbarrier_init(bar, 1);
+  mbarrier_arrive_expect_tx(bar, kTmaBoxBytes);
+  tma_load_4d(dynamic_smem + 16, nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);  // @tma-misaligned
+}
+
+// Every thread waits for a phase that expects twice the bytes the one copy brings.
+__device__ void tma_never_completes(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, 2 * kTmaBoxBytes);
+    tma_load_4d(dynamic_smem, nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);
+  }
+  __syncthreads();
+  mbarrier_wait_parity(bar, 0);  // @tma-never-completes
+}
+
+// The copy brings twice the bytes announced.
+__device__ void tma_too_many_bytes(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x != 0) return;
+  mbarrier_init(bar, 1);
+  mbarrier_arrive_expect_tx(bar, kTmaBoxBytes / 2);
+  tma_load_4d(dynamic_smem, nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);
+  mbarrier_wait_parity(bar, 0);  // @tma-too-many-bytes
+}
+
+// Threads 0 (the issuer) and 1 read the destination before their waits: on the device, whatever
+// is there by then. A race-checking run reports both: thread 0 reads while the copy is in flight,
+// thread 1 (in order) after thread 0's wait landed it.
+__device__ void tma_early_read(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  int const *s = reinterpret_cast<int const *>(dynamic_smem);
+  int *out = task.output<int>(0);
+  int const t = threadIdx.x;
+  if (t == 0) mbarrier_init(bar, 1);
+  __syncthreads();
+  if (t == 0) {
+    mbarrier_arrive_expect_tx(bar, kTmaBoxBytes);
+    tma_load_4d(dynamic_smem, nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);  // @tma-early-read-issue
+    out[0] = s[0];  // @tma-read-in-flight
+  }
+  __syncthreads();
+  if (t == 1) out[1] = s[1];  // @tma-early-read
+  mbarrier_wait_parity(bar, 0);
+}
+
+// The task ends with its copy never waited for.
+__device__ void tma_never_waited(TaskDesc const &task, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x != 0) return;
+  mbarrier_init(bar, 1);
+  mbarrier_arrive_expect_tx(bar, kTmaBoxBytes);
+  tma_load_4d(dynamic_smem, nullptr, tma_geometry(task, false), 0, 0, 0, 0, bar);  // @tma-never-waited
 }
 
 }  // namespace prim_test

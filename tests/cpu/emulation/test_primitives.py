@@ -1,10 +1,13 @@
 """The host versions of csrc/primitives against independent PyTorch models of their semantics
 comments (primitive_cases.py): mma's fragment layout and fp32 sums, cp.async's copy at the wait,
 the 16-byte loads and stores, the memory-order atomics, the timer and sleep, the warp and block
-reductions, named barriers, and the vector conversions. Bit-identical everywhere; each kernel also runs race-checked
+reductions, named barriers, the vector conversions, and TMA copies with their mbarriers (and the
+mistakes the emulator reports in those). Bit-identical everywhere; each kernel also runs race-checked
 (nothing to report) and in every thread order."""
 
 from __future__ import annotations
+
+import fnmatch
 
 import pytest
 import torch
@@ -14,10 +17,13 @@ from primitive_cases import (
     butterfly,
     inputs,
     load_host,
+    marked,
     maximum,
     mma_model,
     named_barriers_model,
     run_host,
+    swizzle128_model,
+    tma_box_model,
 )
 
 ORDERS = [("in_order", 0), ("reversed", 0), ("shuffled", 7)]
@@ -117,3 +123,70 @@ def test_vector_conversions_round_to_nearest_even(prims, name, dtype):
 def test_named_barriers_order_their_groups(prims, order):
     (x,), (out,) = run(prims, "named_barriers", order)
     same_bits(out, named_barriers_model(x))
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0]}{o[1]}")
+@pytest.mark.parametrize("name", ["tma_tile", "tma_tile_swizzled"])
+def test_tma_copies_a_box_with_zeros_outside_the_tensor(prims, name, order):
+    (data,), (out, address) = run(prims, name, order)
+    box = tma_box_model(data, (48, -1, 2, 0))
+    assert (box == 0).sum() > box.numel() // 2  # past dims 0, 1 and 2
+    if name == "tma_tile_swizzled":
+        expected = swizzle128_model(box, int(address))
+        assert not torch.equal(expected, box)
+        box = expected
+    same_bits(out.flatten(), box)
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0]}{o[1]}")
+def test_tma_pipeline_reuses_one_barrier_over_two_phases(prims, order):
+    (data,), (out,) = run(prims, "tma_pipeline", order)
+    same_bits(out.flatten(), torch.cat([tma_box_model(data, (0, 0, 0, 0)), tma_box_model(data, (36, 2, 1, 0))]))
+
+
+TMA_MISTAKES = {
+    "tma_uninitialized": "uninitialized mbarrier in task 1: thread 0 (warp 0, lane 0) at {tma-uninitialized} waits on "
+    "the mbarrier at dynamic_smem+2048, which no mbarrier_init of this task initialized: on the device it holds what "
+    "an earlier task left there",
+    "tma_to_global": "invalid TMA copy in task 1: thread 0 (warp 0, lane 0) at {tma-to-global} copies 2048 bytes to "
+    "an address that is not shared memory",
+    "tma_misaligned": "misaligned TMA copy in task 1: thread 0 (warp 0, lane 0) at {tma-misaligned} copies to "
+    "dynamic_smem+16, which is not 128-byte aligned (a TMA tensor copy's shared destination must be)",
+    "tma_never_completes": "hang in task 1: threads 0-127 spin at mbarrier_wait_parity(parity 0) at "
+    "{tma-never-completes} and nothing else can move (its mbarrier at dynamic_smem+2048 is in phase 0 and waits for "
+    "0 of its 1 arrivals and 2048 bytes that no TMA copy queued on it brings)",
+    "tma_too_many_bytes": "mbarrier tx-count below zero in task 1: thread 0 (warp 0, lane 0) at {tma-too-many-bytes}: "
+    "the TMA copies on the mbarrier at dynamic_smem+2048 have brought 1024 bytes more than arrive_expect_tx announced "
+    "for its phase 0, which therefore never completes",
+    "tma_never_waited": "TMA copy in flight in task 1: thread 0 (warp 0, lane 0) at {tma-never-waited} started a copy "
+    "to dynamic_smem+0 on the mbarrier at dynamic_smem+2048, and the task ended without a wait on it: on the device it "
+    "may land in the shared memory of the task that runs next",
+}
+
+
+@pytest.mark.parametrize("name", TMA_MISTAKES)
+def test_tma_mistakes_are_reported(prims, name):
+    ins, outs = inputs(name)
+    result = run_host(prims, name, ins, outs)
+    assert result.status == "detected", result
+    line = TMA_MISTAKES[name].split("{")[1].split("}")[0]
+    assert result.report == TMA_MISTAKES[name].replace(f"{{{line}}}", marked(line))
+
+
+def test_tma_destination_read_before_the_wait(prims):
+    ins, outs = inputs("tma_early_read")
+    result = run_host(prims, "tma_early_read", ins, outs)
+    if not prims.race_check:  # the reads see the poison or the copy, as it happens: only race checking sees the bug
+        assert result.ok
+        return
+    assert result.status == "detected", result
+    issue = f"csrc/primitives/tma.cuh:* (inlined at {marked('tma-early-read-issue')})"
+    assert fnmatch.fnmatchcase(
+        result.report,
+        f"data race in task 1: thread 0 (warp 0, lane 0) reads 4 bytes at dynamic_smem+0 at {marked('tma-read-in-flight')}; "
+        f"thread 0 (warp 0, lane 0) started a TMA copy that writes it at {issue}, which lands only at a wait on its "
+        "mbarrier that completes the phase\n"
+        f"data race in task 1: thread 1 (warp 0, lane 1) reads 4 bytes at dynamic_smem+4 at {marked('tma-early-read')}; "
+        f"the TMA copy started at {issue} wrote it, landed by thread 0 (warp 0, lane 0)'s wait on its mbarrier, and "
+        "this thread has not waited for that phase (nor synchronized with a thread that did)",
+    ), result.report
