@@ -20,6 +20,7 @@ from .. import dtypes, memory
 from ..codegen import dispatcher
 from ..errors import ConfigError, EmulationError, GraphError, GridError, MemoryBudgetError, MetaTensorError, ShapeError
 from ..graph.shuffle import shuffle
+from ..graph.tensor_maps import tensor_maps
 from ..graph.variants import Variant
 from ..tasks import registry
 from ..tasks.spec import TaskSpec
@@ -161,7 +162,7 @@ def source_edit(out: CompileOutput) -> str | None:
 
 def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     """Every tensor of the signature by name but the communication tensors (open_kernel declares
-    those): the caller's, derived ones recomputed as the original run did (shuffle_tensors),
+    those): the caller's, derived ones recomputed as the original run did (shuffle_tensors, tensor_maps),
     intermediates allocated here (within the memory budget).
     ShapeError / GraphError otherwise."""
     if not isinstance(tensors, dict):
@@ -194,7 +195,7 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
         recipe = st.derived_from
         if recipe:
             try:
-                bound[st.name] = shuffle([bound[i] for i in recipe["inputs"]], recipe["shuffled_dim"], recipe["num_groups"])
+                bound[st.name] = _derive(recipe, [bound[i] for i in recipe["inputs"]])
             except KeyError as e:
                 raise GraphError(
                     f"replay of {out.directory}: {st.name!r} is derived from {e.args[0]!r}, which is not bound"
@@ -205,6 +206,13 @@ def bind(out: CompileOutput, tensors: dict[str, torch.Tensor], device: torch.dev
         else:  # an intermediate, or a layer's workspace, which starts zeroed
             bound[st.name] = torch.zeros(st.shape, dtype=dtypes.from_short(st.dtype).torch, device=device)
     return {name: bound[name] for name in wanted}
+
+
+def _derive(recipe: dict, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """A derived tensor made again from the bound ``inputs``, as its recipe says (signature_reader checks it)."""
+    if recipe["op"] == "tensor_maps":  # the maps of the tensors the replay binds: their addresses
+        return tensor_maps(inputs, recipe["box"], recipe["swizzle"])
+    return shuffle(inputs, recipe["shuffled_dim"], recipe["num_groups"])
 
 
 def _check_bound(out: CompileOutput, name: str, given: Any) -> None:

@@ -12,6 +12,7 @@ from ..errors import GraphError
 from ..graph.compiled import CompiledGraph
 from ..graph.compiled_checks import KINDS
 from ..graph.compiled_reader import _Field
+from ..graph.tensor_maps import SWIZZLES
 from .artifacts import SIGNATURE_PARAMS, Signature, SignatureTensor
 
 # The JSON type of each recorded parameter (PersistentKernel checks the values when it is built).
@@ -74,17 +75,25 @@ def _param(f: _Field, kind: type) -> None:
 
 
 def _derived(f: _Field, kind: str, shape: tuple[int, ...]) -> dict | None:
-    """A derived tensor's recipe: {"op": "shuffle_tensors", "inputs": [...], "shuffled_dim": d, "num_groups": g}."""
+    """A derived tensor's recipe: {"op": "shuffle_tensors", "inputs": [...], "shuffled_dim": d, "num_groups": g}
+    or {"op": "tensor_maps", "inputs": [...], "box": [...], "swizzle": bytes}."""
     if f.get("derived_from", None).value is None:
         if kind == "derived":
             raise f.fail("a derived tensor needs derived_from (how to recompute it)")
         return None
     d = f["derived_from"]
     recipe = d.as_dict()
-    if d["op"].as_str() != "shuffle_tensors":
-        raise d["op"].fail(f"unknown op {recipe['op']!r}; expected 'shuffle_tensors'")
+    op = d["op"].as_str()
+    if op not in ("shuffle_tensors", "tensor_maps"):
+        raise d["op"].fail(f"unknown op {recipe['op']!r}; expected 'shuffle_tensors' or 'tensor_maps'")
     if not d["inputs"].strs():
         raise d["inputs"].fail("names no tensor")
+    if op == "tensor_maps":
+        if not d["box"].ints(1, 256):
+            raise d["box"].fail("gives no dims")
+        if d["swizzle"].as_int(0) not in SWIZZLES:
+            raise d["swizzle"].fail(f"must be one of {sorted(SWIZZLES)} (bytes)")
+        return recipe
     d["shuffled_dim"].as_int(0, len(shape))
     d["num_groups"].as_int(1)
     return recipe

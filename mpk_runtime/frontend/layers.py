@@ -44,6 +44,9 @@ def add_layer(
     for name, (shape, dtype) in spec.workspace(named, values, grid).items():
         scratch = graph.add_workspace(tuple(shape), dtype, f"{graph.next_layer_name(spec)}.{name}", device)
         args.append(Arg(name, scratch, whole(), False))
+    for name, (mapped, box, swizzle) in spec.tensor_maps(named, values, grid).items():
+        maps = graph.add_tensor_maps([named[a].tensor for a in mapped], box, swizzle, f"{graph.next_layer_name(spec)}.{name}")
+        args.append(Arg(name, maps, whole(), False))
     graph.add_layer(spec, grid, args, values)
 
 

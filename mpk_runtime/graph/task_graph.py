@@ -23,6 +23,7 @@ from .bulk import gc_paused
 from .dependencies import Block, HazardTracker, LayerOrder
 from .partition_checks import check_partitions
 from .shuffle import shuffle
+from .tensor_maps import tensor_maps
 from .tensors import DTensor, MemoryIndex, Region, TensorSlice, check_new_tensor
 
 
@@ -130,6 +131,19 @@ class TaskGraph:
             "shuffled_dim": shuffled_dim,
             "num_groups": num_groups,
         }
+        return t
+
+    def add_tensor_maps(self, inputs: list[DTensor], box: list[int], swizzle: int, name: str) -> DTensor:
+        """A derived tensor of TMA descriptors of ``inputs`` (tensor_maps.py), made now from their
+        addresses and recorded so that replays make it again for the tensors they bind."""
+        for t in inputs:
+            if t.data.is_meta:
+                raise GraphError(
+                    f"{name}: tensor {t.name!r} has no memory yet (a communication tensor before compile()); a tensor "
+                    f"map needs its address"
+                )
+        t = self.add_tensor(tensor_maps([t.data for t in inputs], box, swizzle), name, "derived")
+        t.derived_from = {"op": "tensor_maps", "inputs": [x.name for x in inputs], "box": list(box), "swizzle": swizzle}
         return t
 
     def own(self, value: Any, arg: str, layer: str) -> DTensor:

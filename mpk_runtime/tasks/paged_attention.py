@@ -3,6 +3,7 @@ their k and v appended to a paged KV cache, causal GQA attention over each reque
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,6 +20,25 @@ MAX_SPLITS = 128  # paged_attention.cuh static_asserts it
 HEAD_DIMS = (64, 128)
 GROUP_SIZES = (1, 2, 4, 8, 16)
 WORKSPACE_PAD = 4  # floats after each partial row: its log-sum-exp, padded to 16 bytes
+TMA_MAX_BOX_ROWS = 64  # cache rows a TMA copy takes at most: a tile of a pair's half (the body's kTileKeys)
+TMA_TILE_KEYS = 128  # keys a tile of one kv head a task has on sm90 (8 warps); half that for a pair's half
+
+
+def tma_box_rows(page_size: int) -> int:
+    """Cache rows a TMA copy of the body takes (sm90): the most, up to 64, that divide a page and
+    a tile, or 0 (cp.async only) when that is under 16 rows."""
+    rows = math.gcd(page_size, TMA_MAX_BOX_ROWS)
+    return rows if rows >= 16 else 0
+
+
+def layer_tma_rows(page_size: int, max_seq_length: int, splits: int, heads_per_task: int) -> int:
+    """tma_box_rows for a layer whose tasks can take a whole tile of history by TMA, else 0: with
+    splits of the keys (decode) a split holds at most ceil(max_seq_length / splits) keys, and one of
+    fewer than a tile never takes one. The variant then has no TMA code, whose registers cost the
+    model's decode (splits of 64 keys) 4% while it ran none (PERFORMANCE.md, twenty-first session)."""
+    if splits > 1 and -(-max_seq_length // splits) < TMA_TILE_KEYS // heads_per_task:
+        return 0
+    return tma_box_rows(page_size)
 
 
 def splits(kv_len: int, qlen: int, num_splits: int, z: int) -> tuple[str, int, int]:
@@ -92,7 +112,10 @@ class PagedAttention(TaskSpec):
     most 16 new tokens (decode) splits its keys (each task streams a chunk, writes a partial result
     to a workspace the layer allocates itself, and the last of the Z to finish merges them through
     an atomic counter); a longer one (prefill) splits its new tokens. Choose Z so that
-    requests * H_kv * Z is about the number of workers, e.g. Z = 16 for one request and 8 kv heads."""
+    requests * H_kv * Z is about the number of workers, e.g. Z = 16 for one request and 8 kv heads.
+    On sm90 and later, tiles of history keys are copied by the TMA through tensor maps of the caches
+    that the layer makes ("<layer>.kv_maps"), for page sizes with a divisor of 16, 32 or 64 and
+    splits that can hold a tile (128 keys, 64 for two kv heads a task); other tiles by cp.async."""
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         x, out = args["input"].tensor, args["output"].tensor
@@ -152,6 +175,8 @@ class PagedAttention(TaskSpec):
             if got != need:
                 why = " (one task per batch slot)" if what == "grid_dim x" else ""
                 raise ConfigError(f"{where}: {what} = {got} must equal the kernel's {param} = {need}{why}")
+        heads_per_task = kc.shape[2] // grid[1]
+        values["tma_rows"] = layer_tma_rows(params.page_size, params.max_seq_length, grid[2], heads_per_task)
         if cos.shape[0] < params.max_seq_length:
             raise ConfigError(
                 f"{where}: cos_pos_embed / sin_pos_embed have {cos.shape[0]} rows; positions go up to "
@@ -167,11 +192,18 @@ class PagedAttention(TaskSpec):
         n = workspace_floats(x.shape[0], grid[0], heads, kv_heads, d, grid[2])
         return {"splits": ((n,), torch.float32)}
 
+    def tensor_maps(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> dict[str, Any]:
+        # The body's tiles of history keys, copied by the TMA on sm90: boxes of 64 of a row's D
+        # elements (128 bytes, the 128-byte swizzle the tiles are laid out in), of one kv head, of
+        # tma_rows rows of one page. The caches are (pages, page_size, H_kv, D): dims from D.
+        rows = values.get("tma_rows", 0)
+        return {"kv_maps": (["k_cache", "v_cache"], [64, 1, rows, 1], 128)} if rows else {}
+
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         _, _, kv_heads, d = s["k_cache"].full_shape
         heads_per_task = s["k_cache"].shape[2]
         group = s["output"].shape[1] // d // heads_per_task
-        return [s["input"].dtype.cpp, d, group, kv_heads, values["splits"], heads_per_task]
+        return [s["input"].dtype.cpp, d, group, kv_heads, values["splits"], heads_per_task, values.get("tma_rows", 0)]
 
     def cost_ns(self, s: dict[str, SliceInfo]) -> float:
         # Unknown at compile time (the lengths are the iteration's): a fair share of a page table's keys

@@ -123,6 +123,15 @@ class TaskSpec:
         Default: none."""
         return {}
 
+    def tensor_maps(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> dict[str, Any]:
+        """TMA descriptors (sm90 and later) the layer's tasks copy boxes through: name -> (the names of
+        the arguments mapped, the box in elements from the innermost dim, the swizzle in bytes). The
+        runtime makes one uint8 (len(arguments), 128) tensor of maps per name, "<layer>.<name>",
+        passed to every task whole after the workspaces, and makes it again for a replay's tensors
+        (graph/tensor_maps.py). A CPU graph's maps are zeros: the emulator copies through the
+        geometry the body passes (primitives/tma.cuh). Default: none."""
+        return {}
+
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         """The C++ template arguments of the variant a layer uses (its slices all share a shape)."""
         raise NotImplementedError

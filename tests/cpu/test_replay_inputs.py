@@ -155,6 +155,22 @@ SIGNATURE_FAULTS = {
         lambda s: s["tensors"][1].update(kind="derived"),
         r"tensors\[1\]: a derived tensor needs derived_from \(how to recompute it\)",
     ),
+    "a recipe of an unknown op": (
+        lambda s: s["tensors"][1].update(kind="derived", derived_from={"op": "transpose", "inputs": ["x"]}),
+        r"tensors\[1\]\.derived_from\.op: unknown op 'transpose'; expected 'shuffle_tensors' or 'tensor_maps'",
+    ),
+    "tensor maps of another swizzle": (
+        lambda s: s["tensors"][1].update(
+            kind="derived", derived_from={"op": "tensor_maps", "inputs": ["x"], "box": [64, 8], "swizzle": 96}
+        ),
+        r"tensors\[1\]\.derived_from\.swizzle: must be one of \[0, 32, 64, 128\] \(bytes\)",
+    ),
+    "tensor maps without a box": (
+        lambda s: s["tensors"][1].update(
+            kind="derived", derived_from={"op": "tensor_maps", "inputs": ["x"], "box": [], "swizzle": 0}
+        ),
+        r"tensors\[1\]\.derived_from\.box: gives no dims",
+    ),
     "not an object": (lambda s: s.update(tensors={"x": 1}), r"tensors: expected a list, got dict"),
 }
 

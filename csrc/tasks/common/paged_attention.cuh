@@ -23,16 +23,19 @@
 //    (mma, P rounded to T). Warps that share an m-tile (decode: all of them) split each tile's
 //    chunks and merge their (m, l, O) through shared memory at the end.
 // Tiles of history keys are requested before the append and the Q preparation run, so that their
-// latency overlaps that work; tiles with new keys after a barrier that publishes the append.
+// latency overlaps that work; tiles with new keys after a barrier that publishes the append. On sm90
+// a tile of whole boxes of history comes by TMA instead (boxes of R rows of a page, from tensor maps
+// of the caches, issued by warp 0 and counted on the stage's mbarrier): the copies then run while
+// the warps compute, where cp.async issues stall the warps that do the math.
 //
 // Fragments (mma.cuh has the PTX layout; lane = 4 g + t):
-// - S = Q K^T permutes the head dimension as linear.cuh does: one 16-byte load of d 8t .. 8t + 7
-//   (+ 32 c) feeds two k-steps, so Q and K use the same permutation.
+// - S = Q K^T permutes the head dimension: one 16-byte load (chunk qk_chunk(c, t), d 8 qk_chunk ..
+//   + 7) feeds two k-steps, and Q and K use the same permutation.
 // - O += P V: B = V (k: keys, n: d) wants two keys' values at one d in a register: lane g loads 16
 //   bytes (8 d) of each key it needs and pairs two keys' halves with a byte permute. So column n of
 //   n-tile j is d = 64 (j / 8) + 8 n + j % 8, and O reaches global memory through shared memory.
-// - Shared tiles are row-major with 16-byte chunks XOR-swizzled (K and Q: chunk ^ 4 (row & 1); V:
-//   chunk ^ (row & 7)), which makes both read patterns free of bank conflicts.
+// - Shared tiles are blocks of 64 elements a row with 16-byte chunks XOR-swizzled (tile_offset),
+//   the layout of a TMA copy with the 128-byte swizzle; both read patterns are free of bank conflicts.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +46,7 @@
 #include "primitives/cp_async.cuh"
 #include "primitives/loads.cuh"
 #include "primitives/mma.cuh"
+#include "primitives/tma.cuh"
 #include "primitives/vec.cuh"
 #include "primitives/warp.cuh"
 #include "runtime/task_api.cuh"
@@ -83,11 +87,28 @@ struct Smem {
   static constexpr int kScratchWarp = 16 * kScratchRow + 32;
   static constexpr int kScratchBytes = W * kScratchWarp * 4;
   static constexpr int kKvBytes = kStages * 2 * kTileBytes > kScratchBytes ? kStages * 2 * kTileBytes : kScratchBytes;
-  static constexpr int kBytes = kQBytes + kKvBytes + 16;  // + the "last split" flag
+  static constexpr int kFlag = kQBytes + kKvBytes;  // the "last split" flag, then an mbarrier per stage
+  static constexpr int kBarriers = kFlag + 16;
+  // A multiple of 1024, so that a second stream's tiles are 1024-byte aligned as well (tile_offset).
+  static constexpr int kBytes = (kBarriers + 8 * kStages + 1023) / 1024 * 1024;
 };
+// Dynamic shared memory is 128-byte aligned; the tiles need 1024 (tile_offset): the body starts at
+// the next multiple, which costs up to this much more.
+constexpr int kSmemAlign = 1024, kSmemSlack = kSmemAlign - 128;
 
-__device__ __forceinline__ int swizzle_k(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
-__device__ __forceinline__ int swizzle_v(int row, int chunk) { return chunk ^ (row & 7); }
+// Byte offset of 16-byte chunk `chunk` (of D / 8) of row `row` in a shared tile of R rows (q rows,
+// keys or values): D / 64 blocks of R rows of 64 elements (128 bytes), a row's chunks XOR-ed with its
+// low three bits. This is what a TMA copy with the 128-byte swizzle writes for a box of 64 elements
+// into a 1024-byte aligned block (dynamic shared memory is 1024-byte aligned, and R is a multiple of
+// 8), so tensor copies and cp.async fill the same tiles; the fragment reads below are free of bank
+// conflicts in it.
+template <int R>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  return (chunk >> 3) * (R * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+// The chunk lane t loads for k-step pair c of S = Q K^T (of q rows and keys alike): lanes t of rows g
+// and g + 1 (a quarter warp) then read eight distinct 16-byte bank groups.
+__device__ __forceinline__ int qk_chunk(int c, int t) { return 8 * (c >> 1) + 2 * t + (c & 1); }
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -233,7 +254,7 @@ __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt)
 // of two kv heads (W = kWorkerWarps / 2). y: the kv head; head_in_box: its place in the task's
 // output boxes; tid: the thread within the W warps; smem: their own shared memory; barrier: the half's
 // named barrier (the other half runs on its own), or __syncthreads when the stream has every warp.
-template <typename T, int D, int G, int H_KV, int Z, int W>
+template <typename T, int D, int G, int H_KV, int Z, int W, int R>
 __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, int y, int head_in_box, int tid,
                                        int barrier, unsigned char *smem) {
   constexpr int H = G * H_KV, ROW = (H + 2 * H_KV) * D, OUT_STRIDE = H * D, SLOT = H_KV * D;
@@ -266,7 +287,16 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   unsigned char *q_smem = smem;  // one m-tile of q rows per m-tile in flight
   unsigned char *kv_smem = smem + S::kQBytes;
   float *scratch = reinterpret_cast<float *>(kv_smem);
-  int *last_flag = reinterpret_cast<int *>(smem + S::kQBytes + S::kKvBytes);
+  int *last_flag = reinterpret_cast<int *>(smem + S::kFlag);
+  // sm90: tiles of history keys come by TMA, a box of R rows of one page a lane of warp 0, counted
+  // on the stage's mbarrier (tensor_maps in tasks/paged_attention.py makes the maps).
+  constexpr bool kTma = kTargetSm >= 90 && R > 0;
+  constexpr int kBoxes = R > 0 ? kTileKeys / R : 1;  // a tile's boxes of rows (and K, V, the D / 64 blocks)
+  uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarriers);
+  // Whether any tile of the task can come by TMA (by_tma below; the last pass's keys reach furthest):
+  // a task without one pays for no barrier and no fence (a decode's short split, a prefill's first block).
+  bool uses_tma = false;
+  if constexpr (kTma) uses_tma = p.kb % R == 0 && p.kb + kTileKeys <= min(p.ke, p.step);
 
   auto cache_row = [&](T *cache, int pos) {
     int const page = p.pages[pos / p.page_size];
@@ -286,11 +316,54 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     int const ke = min(p.ke, p.step + p.t0 + (pass_rows_end - 1) / G + 1);  // causal end of the pass
     int const num_tiles = ke > p.kb ? (ke - p.kb + kTileKeys - 1) / kTileKeys : 0;
 
+    // Each pass starts its stages' mbarriers at phase 0, so that tile i waits for the parity of its
+    // use of its stage, (i / kStages) & 1: a register of phases made the math loop spill (ptxas -v).
+    // Every wait of the pass before is behind this thread's syncs; warp 0 issues the copies, and its
+    // __syncwarp publishes the init to them.
+    if (uses_tma && tid == 0)
+      for (int st = 0; st < kStages; ++st) mbarrier_init(&bars[st], 1);
+    // Whether tile i comes by TMA: whole boxes (its first key on a box boundary), all of them history
+    // (no key from the input, none from this iteration's appends, none past the pass's keys: the
+    // zero-filled rows of cp.async keep the masked keys' values finite). The tiles that do are the
+    // pass's first ones, so a buffer cp.async wrote is never written by a TMA later in the pass.
+    auto by_tma = [&](int i) {
+      if constexpr (kTma) return uses_tma && i < num_tiles && p.kb + (i + 1) * kTileKeys <= min(ke, p.step);
+      return false;
+    };
     // Requests one stage: tile i of the pass into buffer i % kStages (one commit group, maybe empty).
     auto issue = [&](int i) {
       int const k0 = p.kb + i * kTileKeys;
       unsigned char *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
-      if (i < num_tiles) {
+      if (by_tma(i)) {
+        if (warp == 0) {
+          uint64_t *bar = &bars[i % kStages];
+          if (lane == 0) mbarrier_arrive_expect_tx(bar, 2 * S::kTileBytes);
+          __syncwarp();
+          if (lane < kBoxes) {
+            // Shared memory other tasks, earlier tiles and the merge wrote, and history other tasks
+            // wrote (acquired at this task's start), before this lane's async-proxy copies.
+            fence_proxy_async();
+            int const pos = k0 + lane * R, page = p.pages[pos / p.page_size], row = pos % p.page_size;
+            // Made here, not before the loop: nothing of it stays live through the math (registers).
+            TensorMap const *maps = task.input<TensorMap const>(Z > 1 ? 6 : 5);  // K's, then V's
+            auto geometry = [&](T const *cache) {  // what the host emulator copies from (dead code here)
+              constexpr long long kElemBytes = sizeof(T);
+              return TmaGeometry4{cache - y * D,  // the cache from kv head 0, as its map
+                                  static_cast<int>(kElemBytes),
+                                  {D, H_KV, p.page_size, rt.batch.max_num_pages},
+                                  {D * kElemBytes, SLOT * kElemBytes, p.page_size * SLOT * kElemBytes},
+                                  {64, 1, R, 1},
+                                  true};
+            };
+#pragma unroll
+            for (int h = 0; h < D / 64; ++h) {
+              int const at = h * kTileKeys * 128 + lane * R * 128;  // tile_offset's block h, rows lane R ..
+              tma_load_4d(ks + at, &maps[0], geometry(k_cache), 64 * h, y, row, page, bar);
+              tma_load_4d(vs + at, &maps[1], geometry(v_cache), 64 * h, y, row, page, bar);
+            }
+          }
+        }
+      } else if (i < num_tiles) {
         // Thread: 16 bytes (chunk c) of every kRowStride-th row; the rows' page lookups go out together.
         constexpr int kRowStride = kThreads / KC;
         int const c = tid % KC;
@@ -301,8 +374,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
           int64_t offset = 0;
           if (valid) offset = cache_row(k_cache, pos) - k_cache + c * 8;
           if (!from_input) {
-            cp_async_16_zfill(ks + r * S::kRowBytes + swizzle_k(r, c) * 16, k_cache + offset, valid);
-            cp_async_16_zfill(vs + r * S::kRowBytes + swizzle_v(r, c) * 16, v_cache + offset, valid);
+            cp_async_16_zfill(ks + tile_offset<kTileKeys>(r, c), k_cache + offset, valid);
+            cp_async_16_zfill(vs + tile_offset<kTileKeys>(r, c), v_cache + offset, valid);
           }
         }
       }
@@ -315,15 +388,13 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
             [&](int r) { return base + r; },
             [&](int r, float const(&v)[E]) {
               int const row = base + r - k0, d0 = lane * E;
-              store_elems<T, E>(reinterpret_cast<T *>(ks + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8,
-                                v);
+              store_elems<T, E>(reinterpret_cast<T *>(ks + tile_offset<kTileKeys>(row, d0 / 8)) + d0 % 8, v);
             },
             k_norm, cos_tab, sin_tab, eps, lane);
         for (int r = lane / KC; r < kRowBatch; r += kWarpSize / KC) {
           int const pos = base + r, c = lane % KC;
           if (pos < hi)
-            st_16(vs + (pos - k0) * S::kRowBytes + swizzle_v(pos - k0, c) * 16,
-                  ld_16(in_row(pos - p.step, H + H_KV + y) + c * 8));
+            st_16(vs + tile_offset<kTileKeys>(pos - k0, c), ld_16(in_row(pos - p.step, H + H_KV + y) + c * 8));
         }
       }
     };
@@ -371,13 +442,12 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
             [&](int r) { return p.step + p.t0 + (mtile * 16 + row_of(r)) / G; },
             [&](int r, float const(&v)[E]) {
               int const row = row_of(r), d0 = lane * E;
-              store_elems<T, E>(
-                  reinterpret_cast<T *>(q_tile + row * S::kRowBytes + swizzle_k(row, d0 / 8) * 16) + d0 % 8, v);
+              store_elems<T, E>(reinterpret_cast<T *>(q_tile + tile_offset<16>(row, d0 / 8)) + d0 % 8, v);
             },
             q_norm, cos_tab, sin_tab, eps, lane);
       }
       for (int r = my_ks; r < 16; r += ks_count)  // rows past the task's: zeros
-        if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + r * S::kRowBytes + swizzle_k(r, lane) * 16, uint4{});
+        if (mtile * 16 + r >= rows && lane < KC) st_16(q_tile + tile_offset<16>(r, lane), uint4{});
     }
     sync();  // the q rows, and the append for every thread's cp.async
     rt.mark(kPhaseQ);
@@ -385,8 +455,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     if (active) {
 #pragma unroll
       for (int c = 0; c < D / 32; ++c) {
-        uint4 const lo = ld_16(q_tile + g * S::kRowBytes + swizzle_k(g, 4 * c + t) * 16);
-        uint4 const hi = ld_16(q_tile + (g + 8) * S::kRowBytes + swizzle_k(g + 8, 4 * c + t) * 16);
+        uint4 const lo = ld_16(q_tile + tile_offset<16>(g, qk_chunk(c, t)));
+        uint4 const hi = ld_16(q_tile + tile_offset<16>(g + 8, qk_chunk(c, t)));
         qa[2 * c][0] = lo.x, qa[2 * c][1] = hi.x, qa[2 * c][2] = lo.y, qa[2 * c][3] = hi.y;
         qa[2 * c + 1][0] = lo.z, qa[2 * c + 1][1] = hi.z, qa[2 * c + 1][2] = lo.w, qa[2 * c + 1][3] = hi.w;
       }
@@ -402,6 +472,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     int const pos_max = p.step + p.t0 + min(mtile * 16 + 15, rows - 1) / G;
 
     for (int i = 0; i < num_tiles; ++i) {
+      if (by_tma(i)) mbarrier_wait_parity(&bars[i % kStages], (i / kStages) & 1);
       cp_async_wait_group<kStages - 1>();
       sync();
       unsigned char const *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
@@ -414,7 +485,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
           int const row = kr + 8 * nt + g;
 #pragma unroll
           for (int c = 0; c < D / 32; ++c) {
-            uint4 const kv = ld_16(ks + row * S::kRowBytes + swizzle_k(row, 4 * c + t) * 16);
+            uint4 const kv = ld_16(ks + tile_offset<kTileKeys>(row, qk_chunk(c, t)));
             mma_m16n8k16<T>(s[nt], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], kv.x, kv.y);
             mma_m16n8k16<T>(s[nt], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], kv.z, kv.w);
           }
@@ -453,10 +524,10 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
 #pragma unroll
         for (int hh = 0; hh < D / 64; ++hh) {
           int const r0 = kr + 2 * t;
-          uint4 const v0 = ld_16(vs + r0 * S::kRowBytes + swizzle_v(r0, 8 * hh + g) * 16);
-          uint4 const v1 = ld_16(vs + (r0 + 1) * S::kRowBytes + swizzle_v(r0 + 1, 8 * hh + g) * 16);
-          uint4 const v8 = ld_16(vs + (r0 + 8) * S::kRowBytes + swizzle_v(r0 + 8, 8 * hh + g) * 16);
-          uint4 const v9 = ld_16(vs + (r0 + 9) * S::kRowBytes + swizzle_v(r0 + 9, 8 * hh + g) * 16);
+          uint4 const v0 = ld_16(vs + tile_offset<kTileKeys>(r0, 8 * hh + g));
+          uint4 const v1 = ld_16(vs + tile_offset<kTileKeys>(r0 + 1, 8 * hh + g));
+          uint4 const v8 = ld_16(vs + tile_offset<kTileKeys>(r0 + 8, 8 * hh + g));
+          uint4 const v9 = ld_16(vs + tile_offset<kTileKeys>(r0 + 9, 8 * hh + g));
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
             int const j = 8 * hh + e;
@@ -534,6 +605,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
         if (c == 0) part[D] = l > 0.f ? mx + log2f(l) : -INFINITY;
       }
     }
+    if (uses_tma) fence_proxy_async();  // the scratch's writes before the next pass's TMA
     sync();  // the scratch is the next pass's tiles
     rt.mark(kPhaseRows);
   }
@@ -653,12 +725,13 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
 }  // namespace attn
 
 // HP: kv heads per task (H_KV / grid y), 1 or 2. Two run at once, one on each half of the warps.
-template <typename T, int D, int G, int H_KV, int Z, int HP>
+// R: cache rows a TMA copy takes (sm90; 0: cp.async only), tma_box_rows in tasks/paged_attention.py.
+template <typename T, int D, int G, int H_KV, int Z, int HP, int R>
 constexpr unsigned paged_attention_smem_bytes() {
-  return HP * attn::Smem<T, D, kWorkerWarps / HP>::kBytes;
+  return HP * attn::Smem<T, D, kWorkerWarps / HP>::kBytes + attn::kSmemSlack;
 }
 
-template <typename T, int D, int G, int H_KV, int Z, int HP>
+template <typename T, int D, int G, int H_KV, int Z, int HP, int R>
 __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime const &rt) {
   using namespace attn;
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "paged_attention: bf16 or fp16");
@@ -667,12 +740,16 @@ __device__ __forceinline__ void paged_attention(TaskDesc const &task, Runtime co
   static_assert(Z >= 1 && Z <= 128, "paged_attention: 1 to 128 splits");
   static_assert((HP == 1 || HP == 2) && H_KV % HP == 0, "paged_attention: 1 or 2 kv heads per task");
   constexpr int W = kWorkerWarps / HP;
+  static_assert(kTargetSm < 90 || R == 0 || (R >= 16 && (16 * W) % R == 0),
+                "paged_attention: TMA boxes of 16 rows to a tile's (sm90: tiles of 64 or 128 keys)");
+  size_t const misaligned = __cvta_generic_to_shared(dynamic_smem) % kSmemAlign;
+  unsigned char *smem = dynamic_smem + (misaligned ? kSmemAlign - misaligned : 0);
   if constexpr (HP == 1) {  // constants where it can: runtime values here cost registers (a spill at Z = 16)
-    stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1], 0, threadIdx.x, 0, dynamic_smem);
+    stream<T, D, G, H_KV, Z, W, R>(task, rt, task.grid_idx[1], 0, threadIdx.x, 0, smem);
   } else {
     int const half = threadIdx.x / (W * kWarpSize);
-    stream<T, D, G, H_KV, Z, W>(task, rt, task.grid_idx[1] * HP + half, half, threadIdx.x % (W * kWarpSize), 1 + half,
-                                dynamic_smem + half * Smem<T, D, W>::kBytes);
+    stream<T, D, G, H_KV, Z, W, R>(task, rt, task.grid_idx[1] * HP + half, half, threadIdx.x % (W * kWarpSize),
+                                   1 + half, smem + half * Smem<T, D, W>::kBytes);
   }
 }
 

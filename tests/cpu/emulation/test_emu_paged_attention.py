@@ -21,13 +21,17 @@ from mpk_runtime.frontend import params as fparams
 from mpk_runtime.graph.variants import Variant
 from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
-from mpk_runtime.tasks.paged_attention import workspace_floats
+from mpk_runtime.tasks.paged_attention import tma_box_rows, workspace_floats
 
 ref = harness.find_reference("paged_attention_batch", layer="paged_attention")
 rope_tables = harness.find_reference("rope_tables", layer="paged_attention")
 
 
-def load(targs: list, arch: str, race: bool) -> host_runner.HostModule:
+def load(targs: list, arch: str, race: bool, page_size: int) -> host_runner.HostModule:
+    """The body's variant of ``targs`` (the spec's template arguments but the TMA box rows, which the
+    page size gives, as the layer's check_params does: sm90 variants of pages of 16 rows and more
+    read their history tiles through the emulator's TMA)."""
+    targs = [*targs, tma_box_rows(page_size)]
     source = codegen.generate([Variant(0, registry.get("paged_attention"), targs)], arch)
     return host_runner.load(source, arch, "paged_attention_host", race_check=race)
 
@@ -70,6 +74,7 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
     want = ref(x, k_cache, v_cache, q_norm, k_norm, cos, sin, m["qo_indptr_buffer"], m["paged_kv_indptr_buffer"],
                m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"], output=out)  # fmt: skip
     ws = torch.zeros(max(4, workspace_floats(tokens, slots, heads, kv_heads, d, splits)), dtype=torch.float32)
+    maps = torch.zeros(2, 128, dtype=torch.uint8)  # the layer's kv_maps input: the emulator never reads them
     if counters is not None:  # the first slots * kv_heads int64 words: one per (request slot, kv head)
         ws.view(torch.int64)[: slots * kv_heads] = counters
     meta_struct, batch_struct = abi.meta_struct(m), abi.batch_struct(batch)
@@ -82,7 +87,12 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
         first = b * per_task  # the task's first kv head: where its output boxes start
         outs = [k_cache.data_ptr() + first * d * e, v_cache.data_ptr() + first * d * e, out.data_ptr() + first * group * d * e]
         desc = host_runner.task_desc(
-            0, ins + ([ws.data_ptr()] if splits > 1 else []), outs, [{"f": 1e-6}], task_id=i, grid_idx=(a, b, c)
+            0,
+            ins + ([ws.data_ptr()] if splits > 1 else []) + ([maps.data_ptr()] if tma_box_rows(page_size) else []),
+            outs,
+            [{"f": 1e-6}],
+            task_id=i,
+            grid_idx=(a, b, c),
         )
         run = module.run_task(0, desc, meta_struct, batch_struct, order="shuffled", seed=seed + i, race_check=race)
         assert run.ok, run.report
@@ -108,6 +118,10 @@ CONFIGS = {
     "chunk_in_two_passes": ("sm90", 64, 4, 1, 1, 16, ((14, 3), (1, 20)), False, False),
     # 8 warps, head_dim 128: decodes of several 128-key tiles a split, of one, of part of one; a
     # decode of 501 keys next to a 2 m-tile chunk
+    # sm90 (TMA tiles of history): a chunk of 40 tokens after 3 tiles of history, in two passes of
+    # m-tiles; a stage takes two TMA tiles in the first pass and one in the second, so a pass that
+    # kept the mbarriers' phases of the pass before would wait for a phase already complete
+    "chunk_after_history_in_two_passes": ("sm90", 64, 4, 1, 1, 16, ((424, 384), (1, 300)), True, False),
     "d128_long_decodes_split": ("sm90", 128, 4, 2, 2, 16, ((1, 700), (1, 129), (1, 64)), True, False),
     "d128_gqa8_decode_and_chunk": ("sm90", 128, 8, 1, 1, 32, ((1, 500), (3, 200)), False, False),
     # two kv heads a task: halves of 4 warps (sm90) and of 2 (sm80), each its own stream; decodes
@@ -121,7 +135,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_body_on_the_host(name):
     arch, d, group, kv_heads, splits, page_size, requests, shuffle, pairs = CONFIGS[name]
-    module = load(["__nv_bfloat16", d, group, kv_heads, splits, 2 if pairs else 1], arch, race=False)
+    module = load(["__nv_bfloat16", d, group, kv_heads, splits, 2 if pairs else 1], arch, race=False, page_size=page_size)
     shape = dict(head_dim=d, group=group, kv_heads=kv_heads, splits=splits, page_size=page_size)
     check(*run_layer(module, requests, **shape, pairs=pairs, shuffle=shuffle))
 
@@ -129,14 +143,14 @@ def test_body_on_the_host(name):
 def test_no_race_in_the_body():
     """Decode with split keys and a prefill split by tokens, every task's threads interleaved at
     random: the race checker finds nothing (shared memory tiles, the merge scratch)."""
-    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=True)
+    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=True, page_size=16)
     check(*run_layer(module, ((1, 40), (20, 4)), head_dim=64, group=4, kv_heads=1, splits=2, page_size=16, race=True))
 
 
 def test_no_race_at_eight_warps():
     """The sm90 thread count (8 warps, head_dim 128): decode splits of two tiles and of one, and a
     4 m-tile chunk, threads interleaved at random: the race checker finds nothing."""
-    module = load(["__nv_bfloat16", 128, 4, 1, 2, 1], "sm90", race=True)
+    module = load(["__nv_bfloat16", 128, 4, 1, 2, 1], "sm90", race=True, page_size=16)
     requests = ((1, 300), (1, 40), (16, 4))
     check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=1, splits=2, page_size=16, race=True))
 
@@ -145,7 +159,7 @@ def test_no_race_between_the_halves_of_a_pair():
     """Two kv heads a task at 8 warps: each half streams, merges its splits and counts on its own
     named barrier and shared memory; threads of both halves interleaved at random, the race checker
     finds nothing (a shared scratch or a barrier id the halves shared would be reported)."""
-    module = load(["__nv_bfloat16", 128, 4, 2, 2, 2], "sm90", race=True)
+    module = load(["__nv_bfloat16", 128, 4, 2, 2, 2], "sm90", race=True, page_size=16)
     requests = ((1, 200), (1, 30), (12, 4))
     check(*run_layer(module, requests, head_dim=128, group=4, kv_heads=2, splits=2, page_size=16, pairs=True, race=True))
 
@@ -167,6 +181,6 @@ def test_split_count_from_a_stale_word(word):
     """Splits count themselves done on a tagged word that each split's atomicMax makes current at its
     start. When it cannot (a stale word with a later tag), every split's add lands on the stale word
     and the compare-and-swap path restarts it: the merge still happens exactly once, and right."""
-    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=False)
+    module = load(["__nv_bfloat16", 64, 4, 1, 2, 1], "sm80", race=False, page_size=16)
     shape = dict(head_dim=64, group=4, kv_heads=1, splits=2, page_size=16)
     check(*run_layer(module, ((1, 40), (1, 90)), **shape, counters=word))
