@@ -80,7 +80,21 @@ struct TmaBox {
 void mbarrier_init(Site site, uint64_t *bar, unsigned arrivals);
 void mbarrier_arrive_expect_tx(Site site, uint64_t *bar, unsigned bytes);
 void mbarrier_wait_parity(Site site, uint64_t *bar, unsigned parity);
-void tma_load(Site site, void *smem_dst, TmaBox const &copy, uint64_t *bar);
+// `map`: the tensor map the device would read. One that graph/tensor_maps.py made for CPU tensors
+// (EmuTensorMap) is compared with `copy`'s geometry; one of zeros is reported; null, or one the
+// driver encoded (a GPU graph's), is not checked.
+void tma_load(Site site, void *smem_dst, TmaBox const &copy, void const *map, uint64_t *bar);
+
+// What graph/tensor_maps.py writes into a CPU tensor's map (128 bytes): the geometry it would have
+// encoded, without the address (the emulator's tensors are copies elsewhere).
+struct EmuTensorMap {
+  char magic[8];  // kEmuTensorMapMagic
+  int32_t rank, elem_bytes, swizzle_bytes, pad;
+  int64_t dims[5];     // from the innermost
+  int64_t strides[4];  // bytes, of dims 1 .. rank - 1
+  int32_t box[5];
+};
+constexpr char kEmuTensorMapMagic[8] = {'M', 'P', 'K', 'E', 'M', 'A', 'P', '1'};
 
 }  // namespace emu
 }  // namespace mpk

@@ -127,6 +127,38 @@ void land_tma_copy(Block &b, Mbarrier const &m, TmaCopy const &c) {
   }
 }
 
+// How `map` (tensor_maps.py's, for CPU tensors) differs from the geometry the body gives ("" when it
+// does not, or when there is nothing to compare: a null map, or one the driver encoded).
+std::string map_mismatch(void const *map, TmaBox const &x) {
+  if (!map) return {};
+  EmuTensorMap m;
+  memcpy(&m, map, sizeof m);
+  unsigned char const *raw = static_cast<unsigned char const *>(map);
+  if (std::all_of(raw, raw + 128, [](unsigned char c) { return c == 0; }))
+    return " copies through a tensor map of zeros, which no layer encoded (TaskSpec.tensor_maps makes a layer's "
+           "maps); on the device the copy faults";
+  if (memcmp(m.magic, kEmuTensorMapMagic, sizeof m.magic) != 0) return {};
+  auto const list = [](auto const *v, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  long long body_dims[5], map_strides[4];
+  for (int d = 0; d < x.rank; ++d) body_dims[d] = x.dims[d];
+  for (int d = 0; d + 1 < x.rank; ++d) map_strides[d] = m.strides[d];
+  bool same = m.rank == x.rank && m.elem_bytes == x.elem_bytes && (m.swizzle_bytes == 128) == x.swizzle128 &&
+              (m.swizzle_bytes == 0 || m.swizzle_bytes == 128);
+  for (int d = 0; same && d < x.rank; ++d) same = m.dims[d] == x.dims[d] && m.box[d] == x.box[d];
+  for (int d = 0; same && d + 1 < x.rank; ++d) same = m.strides[d] == x.strides[d];
+  if (same) return {};
+  return " copies a box " + list(x.box, x.rank) + " of dims " + list(body_dims, x.rank) + " (strides " +
+         list(x.strides, x.rank - 1) + " bytes, " + std::to_string(x.elem_bytes) + "-byte elements, swizzle " +
+         (x.swizzle128 ? "128" : "none") + ") through a map of a box " + list(m.box, m.rank) + " of dims " +
+         list(m.dims, m.rank) + " (strides " + list(map_strides, m.rank - 1) + " bytes, " +
+         std::to_string(m.elem_bytes) + "-byte elements, swizzle " + std::to_string(m.swizzle_bytes) +
+         " bytes): the layer's TaskSpec.tensor_maps and the body must describe the same box";
+}
+
 }  // namespace
 
 // A copy queued when the task ended: on the device it lands later, in whatever runs next.
@@ -210,7 +242,7 @@ void mbarrier_wait_parity(Site site, uint64_t *bar, unsigned parity) {
   }
 }
 
-void tma_load(Site site, void *smem_dst, TmaBox const &copy, uint64_t *bar) {
+void tma_load(Site site, void *smem_dst, TmaBox const &copy, void const *map, uint64_t *bar) {
   Thread &t = current("cp.async.bulk.tensor");
   uint32_t const pc =
       static_cast<uint32_t>(reinterpret_cast<uintptr_t>(__builtin_return_address(0)) - 1 - module_base());
@@ -218,6 +250,8 @@ void tma_load(Site site, void *smem_dst, TmaBox const &copy, uint64_t *bar) {
   auto const who = [&] { return describe_thread(t.tid) + " at " + where(site); };
   std::string const bad = tma_geometry_error(copy);
   if (!bad.empty()) abort_block(finding("invalid TMA geometry") + who() + " copies a box of a tensor with " + bad);
+  std::string const differs = map_mismatch(map, copy);
+  if (!differs.empty()) abort_block(finding("TMA copy through another map") + who() + differs);
   uint64_t bytes = copy.elem_bytes;
   for (int d = 0; d < copy.rank; ++d) bytes *= copy.box[d];
   uintptr_t const d = reinterpret_cast<uintptr_t>(smem_dst);

@@ -12,7 +12,8 @@
 
 namespace mpk {
 
-// A CUtensorMap the host encoded (128 bytes, 64-byte aligned), in global memory. The emulator never reads it.
+// A CUtensorMap the host encoded (128 bytes, 64-byte aligned), in global memory. The emulator reads
+// only the geometry graph/tensor_maps.py writes there for CPU tensors, to compare it with the body's.
 struct alignas(64) TensorMap {
   unsigned char bytes[128];
 };
@@ -49,8 +50,8 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t *bar, unsigned par
                                                      char const *file = __builtin_FILE(), int line = __builtin_LINE()) {
   ::mpk::emu::mbarrier_wait_parity({file, line}, bar, parity);
 }
-__device__ __forceinline__ void tma_load_4d(void *smem_dst, TensorMap const *, TmaGeometry4 const &emu, int c0, int c1,
-                                            int c2, int c3, uint64_t *bar, char const *file = __builtin_FILE(),
+__device__ __forceinline__ void tma_load_4d(void *smem_dst, TensorMap const *map, TmaGeometry4 const &emu, int c0,
+                                            int c1, int c2, int c3, uint64_t *bar, char const *file = __builtin_FILE(),
                                             int line = __builtin_LINE()) {
   ::mpk::emu::TmaBox box{emu.base, 4, emu.elem_bytes, {}, {}, {}, {c0, c1, c2, c3}, emu.swizzle128};
   for (int d = 0; d < 4; ++d) {
@@ -58,7 +59,7 @@ __device__ __forceinline__ void tma_load_4d(void *smem_dst, TensorMap const *, T
     box.box[d] = emu.box[d];
   }
   for (int d = 0; d < 3; ++d) box.strides[d] = emu.strides[d];
-  ::mpk::emu::tma_load({file, line}, smem_dst, box, bar);
+  ::mpk::emu::tma_load({file, line}, smem_dst, box, map, bar);
 }
 // The proxies are one here: only the compiler has to keep the accesses in order.
 __device__ __forceinline__ void fence_proxy_async() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

@@ -3,15 +3,17 @@
 
 A map holds its tensor's address, so the maps of a layer are a derived tensor of the graph: made by
 the driver (``cuTensorMapEncodeTiled``, loaded from libcuda.so.1 with ctypes, so nothing links to
-it) when the layer is added, and made again by a replay from the tensors it binds. The maps of CPU
-tensors stay zeros: the host emulator copies through the geometry the body gives it
-(primitives/tma.cuh) and never reads a map.
+it) when the layer is added, and made again by a replay from the tensors it binds. A CPU tensor's
+map holds the geometry the driver would have encoded, without the address (``EMULATION_MAP``, the
+emulator's ``EmuTensorMap``): the host emulator copies through the geometry the body gives it
+(primitives/tma.cuh) and reports a copy whose geometry differs from its map's.
 """
 
 from __future__ import annotations
 
 import ctypes as C
 import functools
+import struct
 
 import torch
 
@@ -22,12 +24,17 @@ SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
 _DATA_TYPES = {1: 0, 2: 1, 4: 2, 8: 4}  # element bytes -> CU_TENSOR_MAP_DATA_TYPE_UINT8/16/32/64 (a copy needs no more)
 _L2_PROMOTION_256B = 3
 _MAX_BOX = 256  # elements a box dimension (the driver's limit)
+# emulation/shim_api.h's EmuTensorMap: magic, rank, element bytes, swizzle bytes, pad, dims[5],
+# strides[4] (bytes), box[5]
+EMULATION_MAP = struct.Struct("<8s4i5q4q5i")
+EMULATION_MAGIC = b"MPKEMAP1"
 
 
 def tensor_maps(tensors: list[torch.Tensor], box: list[int], swizzle: int) -> torch.Tensor:
     """uint8 (len(tensors), 128) on the tensors' device: a map per tensor, of its dims from the
     innermost, with boxes of ``box`` elements (innermost first) and ``swizzle`` bytes of shared-memory
-    swizzle (0, 32, 64 or 128). ShapeError for a tensor or box the TMA unit cannot copy."""
+    swizzle (0, 32, 64 or 128); for CPU tensors, the emulator's description of the same. ShapeError
+    for a tensor or box the TMA unit cannot copy."""
     where = "tensor_maps"
     if not tensors:
         raise ShapeError(f"{where}: give at least one tensor")
@@ -39,10 +46,18 @@ def tensor_maps(tensors: list[torch.Tensor], box: list[int], swizzle: int) -> to
             raise ShapeError(f"{where}: tensors[{i}] is on {t.device} but tensors[0] on {first.device}; use one device")
         _check_copyable(t, box, swizzle, f"{where}: tensors[{i}]")
     out = torch.zeros(len(tensors), MAP_BYTES, dtype=torch.uint8)
-    if first.device.type == "cuda":
-        for i, t in enumerate(tensors):
-            out[i] = torch.frombuffer(bytearray(_encode(t, box, swizzle)), dtype=torch.uint8)
+    for i, t in enumerate(tensors):
+        made = _encode(t, box, swizzle) if t.device.type == "cuda" else _describe(t, box, swizzle)
+        out[i, : len(made)] = torch.frombuffer(bytearray(made), dtype=torch.uint8)
     return out.to(first.device)
+
+
+def _describe(t: torch.Tensor, box: list[int], swizzle: int) -> bytes:
+    """The emulator's map of ``t``: its geometry as the driver would encode it, without the address."""
+    rank, pad = t.dim(), [0] * (5 - t.dim())
+    dims = [*reversed(t.shape), *pad]
+    strides = [s * t.element_size() for s in reversed(t.stride()[:-1])] + [0] * (5 - rank)
+    return EMULATION_MAP.pack(EMULATION_MAGIC, rank, t.element_size(), swizzle, 0, *dims, *strides, *box, *pad)
 
 
 def _check_copyable(t: torch.Tensor, box: list[int], swizzle: int, where: str) -> None:

@@ -128,8 +128,9 @@ class TaskSpec:
         the arguments mapped, the box in elements from the innermost dim, the swizzle in bytes). The
         runtime makes one uint8 (len(arguments), 128) tensor of maps per name, "<layer>.<name>",
         passed to every task whole after the workspaces, and makes it again for a replay's tensors
-        (graph/tensor_maps.py). A CPU graph's maps are zeros: the emulator copies through the
-        geometry the body passes (primitives/tma.cuh). Default: none."""
+        (graph/tensor_maps.py). A CPU graph's maps hold the geometry without an address: the emulator
+        copies through the geometry the body passes (primitives/tma.cuh) and reports a copy whose
+        geometry is not its map's. Default: none."""
         return {}
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:

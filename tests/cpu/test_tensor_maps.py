@@ -1,4 +1,4 @@
-"""Tensor maps (graph/tensor_maps.py) off the GPU: the zeros a CPU graph gets, every refusal of a
+"""Tensor maps (graph/tensor_maps.py) off the GPU: the emulator's description a CPU graph gets, every refusal of a
 tensor or box the TMA unit cannot copy, the driver missing, the paged_attention layer's maps as a
 derived tensor with its recipe, and that recipe read back from a signature and replayed. The driver's
 encoding runs in tests/gpu (the attention body reads its tiles through it)."""
@@ -13,17 +13,21 @@ import torch
 from mpk_runtime.build import replay
 from mpk_runtime.errors import ConfigError, ShapeError
 from mpk_runtime.graph import tensor_maps as maps_module
-from mpk_runtime.graph.tensor_maps import tensor_maps
+from mpk_runtime.graph.tensor_maps import EMULATION_MAGIC, EMULATION_MAP, tensor_maps
 from mpk_runtime.tasks.paged_attention import tma_box_rows
 
 CACHE = (4, 64, 2, 128)  # pages, page size, kv heads, head dim
 BOX = [64, 1, 64, 1]
 
 
-def test_a_cpu_tensor_gets_zeros_one_row_a_tensor():
-    k, v = torch.ones(CACHE, dtype=torch.bfloat16), torch.ones(CACHE, dtype=torch.bfloat16)
+def test_a_cpu_tensor_gets_the_emulators_description_one_row_a_tensor():
+    k, v = torch.ones(CACHE, dtype=torch.bfloat16), torch.ones((2, 64, 2, 64), dtype=torch.bfloat16)
     maps = tensor_maps([k, v], BOX, 128)
-    assert maps.shape == (2, 128) and maps.dtype == torch.uint8 and not maps.any()
+    assert maps.shape == (2, 128) and maps.dtype == torch.uint8
+    fields = [EMULATION_MAP.unpack(bytes(m[: EMULATION_MAP.size].tolist())) for m in maps]
+    assert fields[0] == (EMULATION_MAGIC, 4, 2, 128, 0, 128, 2, 64, 4, 0, 256, 512, 32768, 0, 64, 1, 64, 1, 0)
+    assert fields[1][5:14] == (64, 2, 64, 2, 0, 128, 256, 16384, 0)
+    assert not maps[:, EMULATION_MAP.size :].any()
 
 
 @pytest.mark.parametrize(
@@ -92,7 +96,7 @@ def test_the_attention_layer_maps_its_caches(make_pk):
     pk = make_pk(90, **{**PARAMS, "page_size": 16})
     layer(pk)
     t = pk._graph.tensors["paged_attention_0.kv_maps"]
-    assert t.kind == "derived" and t.shape == (2, 128) and not t.data.any()
+    assert t.kind == "derived" and t.shape == (2, 128) and bytes(t.data[0, :8].tolist()) == EMULATION_MAGIC
     assert t.derived_from == {"op": "tensor_maps", "inputs": ["k_cache", "v_cache"], "box": [64, 1, 16, 1], "swizzle": 128}
 
 

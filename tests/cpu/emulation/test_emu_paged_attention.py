@@ -18,6 +18,7 @@ from mpk_runtime.codegen import abi
 from mpk_runtime.codegen import dispatcher as codegen
 from mpk_runtime.frontend import meta as fmeta
 from mpk_runtime.frontend import params as fparams
+from mpk_runtime.graph.tensor_maps import tensor_maps
 from mpk_runtime.graph.variants import Variant
 from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
@@ -37,11 +38,12 @@ def load(targs: list, arch: str, race: bool, page_size: int) -> host_runner.Host
 
 
 def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size, pairs=False, shuffle=False, seed=0,
-              race=False, counters=None):  # fmt: skip
+              race=False, counters=None, maps=None):  # fmt: skip
     """Every task of one layer over a batch of (prompt, history) requests, in a shuffled order; the
     output, caches and meta, and the reference's BatchResult. pairs: grid y = kv_heads / 2 (two kv
     heads a task, on the two halves of the warps). counters: what the workspace's split-count words
-    hold before the layer (int64 values; default: zeros, a fresh workspace)."""
+    hold before the layer (int64 values; default: zeros, a fresh workspace). maps: the kv_maps input
+    (default: the layer's, tensor_maps of the caches as the spec asks)."""
     torch.manual_seed(seed)
     first = [p - h if p > h else 1 for p, h in requests]
     tokens, slots = sum(first) + 2, len(requests) + 1  # an idle row and an unused slot
@@ -74,7 +76,8 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
     want = ref(x, k_cache, v_cache, q_norm, k_norm, cos, sin, m["qo_indptr_buffer"], m["paged_kv_indptr_buffer"],
                m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"], output=out)  # fmt: skip
     ws = torch.zeros(max(4, workspace_floats(tokens, slots, heads, kv_heads, d, splits)), dtype=torch.float32)
-    maps = torch.zeros(2, 128, dtype=torch.uint8)  # the layer's kv_maps input: the emulator never reads them
+    if maps is None and tma_box_rows(page_size):  # the emulator checks its geometry against the body's copies
+        maps = tensor_maps([k_cache, v_cache], [64, 1, tma_box_rows(page_size), 1], 128)
     if counters is not None:  # the first slots * kv_heads int64 words: one per (request slot, kv head)
         ws.view(torch.int64)[: slots * kv_heads] = counters
     meta_struct, batch_struct = abi.meta_struct(m), abi.batch_struct(batch)
@@ -88,7 +91,7 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
         outs = [k_cache.data_ptr() + first * d * e, v_cache.data_ptr() + first * d * e, out.data_ptr() + first * group * d * e]
         desc = host_runner.task_desc(
             0,
-            ins + ([ws.data_ptr()] if splits > 1 else []) + ([maps.data_ptr()] if tma_box_rows(page_size) else []),
+            ins + ([ws.data_ptr()] if splits > 1 else []) + ([maps.data_ptr()] if maps is not None else []),
             outs,
             [{"f": 1e-6}],
             task_id=i,
@@ -97,6 +100,30 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
         run = module.run_task(0, desc, meta_struct, batch_struct, order="shuffled", seed=seed + i, race_check=race)
         assert run.ok, run.report
     return out, k_cache, v_cache, want
+
+
+@pytest.mark.parametrize(
+    "box, swizzle, message",
+    [
+        (
+            [64, 1, 8, 1],
+            128,
+            r"copies a box \[64, 1, 16, 1\] of dims \[64, 1, 16, 21\] .* through a map of a box \[64, 1, 8, 1\]",
+        ),
+        ([64, 1, 16, 1], 0, r"swizzle 128\) through a map of a box \[64, 1, 16, 1\] .* swizzle 0 bytes\): the layer's"),
+        (None, 0, r"copies through a tensor map of zeros, which no layer encoded"),
+    ],
+    ids=["box rows", "swizzle", "zeros"],
+)
+def test_a_map_that_is_not_the_bodys_copies_is_reported(box, swizzle, message):
+    """The emulator compares the geometry of each TMA copy with the map the device would read (the
+    spec's box and the body's R, the swizzle), and refuses a map nobody encoded."""
+    module = load(["__nv_bfloat16", 64, 4, 1, 1, 1], "sm90", race=False, page_size=16)
+    k = torch.zeros(21, 16, 1, 64, dtype=torch.bfloat16)  # as run_layer's caches: 21 pages of 16, one kv head
+    maps = torch.zeros(2, 128, dtype=torch.uint8) if box is None else tensor_maps([k, k], box, swizzle)
+    shape = dict(head_dim=64, group=4, kv_heads=1, splits=1, page_size=16)
+    with pytest.raises(AssertionError, match=rf"TMA copy through another map.*{message}|{message}"):
+        run_layer(module, ((1, 300),), **shape, maps=maps)  # history of two whole tiles
 
 
 def check(out, k_cache, v_cache, want) -> None:
