@@ -99,9 +99,9 @@ constexpr int kSmemAlign = 1024, kSmemSlack = kSmemAlign - 128;
 // Byte offset of 16-byte chunk `chunk` (of D / 8) of row `row` in a shared tile of R rows (q rows,
 // keys or values): D / 64 blocks of R rows of 64 elements (128 bytes), a row's chunks XOR-ed with its
 // low three bits. This is what a TMA copy with the 128-byte swizzle writes for a box of 64 elements
-// into a 1024-byte aligned block (dynamic shared memory is 1024-byte aligned, and R is a multiple of
-// 8), so tensor copies and cp.async fill the same tiles; the fragment reads below are free of bank
-// conflicts in it.
+// into a 1024-byte aligned block (the body aligns its shared memory to 1024 bytes, and R is a
+// multiple of 8), so tensor copies and cp.async fill the same tiles; the fragment reads below are
+// free of bank conflicts in it.
 template <int R>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (R * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
@@ -291,7 +291,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   // sm90: tiles of history keys come by TMA, a box of R rows of one page a lane of warp 0, counted
   // on the stage's mbarrier (tensor_maps in tasks/paged_attention.py makes the maps).
   constexpr bool kTma = kTargetSm >= 90 && R > 0;
-  constexpr int kBoxes = R > 0 ? kTileKeys / R : 1;  // a tile's boxes of rows (and K, V, the D / 64 blocks)
+  constexpr int kBoxes = R > 0 ? kTileKeys / R : 1;  // a tile's runs of R rows, one a lane (K and V, D / 64 boxes each)
   uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarriers);
   // Whether any tile of the task can come by TMA (by_tma below; the last pass's keys reach furthest):
   // a task without one pays for no barrier and no fence (a decode's short split, a prefill's first block).
