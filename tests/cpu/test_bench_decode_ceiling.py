@@ -1,14 +1,19 @@
 """bench/bench_decode_ceiling.py without a GPU: its CUDA program builds for sm90 with this machine's
-nvcc (the tensor copies included; one build, 4-5 s of nvcc, for every test here) and refuses a case it
-cannot run before it touches a GPU, the bench says which case failed and why, and its rows become the
-table it prints."""
+nvcc (the tensor copies included; one build, 4-5 s of nvcc, kept in pytest's cache for later runs
+under a key of its sources and the toolkit) and refuses a case it cannot run before it touches a GPU,
+the bench says which case failed and why, and its rows become the table it prints."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 from cpu_helpers import bench_module
+from filelock import FileLock
 
 from mpk_runtime import archs
+from mpk_runtime.build.host import cuda_version
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +22,18 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def program(bench, tmp_path_factory):
-    exe = bench.build(archs.by_name("sm90"), tmp_path_factory.mktemp("ceiling"))
+def program(bench, request):
+    """The built program, from pytest's cache when its sources and the toolkit are the same (both
+    xdist workers may ask at once: one builds, under a lock, and the other finds it)."""
+    sources = [Path(bench.SOURCE), Path(bench.SOURCE).with_name("cuda_check.h")]  # the program and what it includes
+    key = hashlib.sha256(cuda_version().encode() + b"".join(p.read_bytes() for p in sources))
+    where = Path(request.config.cache.mkdir(f"decode_ceiling-{key.hexdigest()[:16]}"))
+    exe = where / "decode_ceiling"
+    with FileLock(str(where / "build.lock")):
+        if not exe.is_file():
+            (where / "partial").mkdir(exist_ok=True)
+            built = bench.build(archs.by_name("sm90"), where / "partial")
+            built.rename(exe)  # whole or not at all: a build that failed leaves no program behind
     assert exe.is_file() and exe.stat().st_size > 0
     return exe
 
