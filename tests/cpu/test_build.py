@@ -219,13 +219,13 @@ def test_an_nvcc_error_names_a_copy_of_the_source_that_stays(monkeypatch, tmp_pa
     assert f"{kept}(2)" in str(e.value) and ".tmp" not in str(e.value).split("\ncommand:")[0]
 
 
-def test_inline_ptx_in_a_host_build_says_what_to_do(monkeypatch, tmp_path):
+def test_inline_ptx_in_a_host_build_says_what_to_do(mpk_cache_dir):
     """The emulator builds bodies with g++, whose assembler refuses PTX: the error says why and how
     to guard it, and its file:line points at a copy of the source that stays (the build's own
-    directory is removed)."""
+    directory is removed). In the session's cache, whose emulation runtime a fresh one would build
+    first (5 s)."""
     from mpk_runtime.build import host
 
-    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
     source = (
         '#include "runtime/task_api.cuh"\nnamespace mpk {\nconstexpr unsigned kDynamicSmemBytes = 0u;\n'
         "inline char const *task_type_name(int) { return nullptr; }\n"
@@ -235,7 +235,7 @@ def test_inline_ptx_in_a_host_build_says_what_to_do(monkeypatch, tmp_path):
     )
     with pytest.raises(BuildError) as e:
         host.build_host_module(source, "sm80", "ptx_probe")
-    (kept,) = (tmp_path / "failed").glob("ptx_probe-host-sm80-*.cpp")
+    kept = max((mpk_cache_dir / "failed").glob("ptx_probe-host-sm80-*.cpp"), key=lambda p: p.stat().st_mtime)
     assert kept.read_text() == source
     said = str(e.value)
     assert f"{kept}:7: Error: no such instruction" in said and ".tmp" not in said.split("\ncommand:")[0], said
