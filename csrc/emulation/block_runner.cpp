@@ -877,7 +877,7 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
     schedule(b);
   }
   std::string const races = cfg.race_check ? race_end(b) : std::string();
-  report = b.fault.sig ? describe_fault(b) : !b.failure.empty() ? b.failure : copies_in_flight(b);
+  report = b.fault.sig ? describe_fault(b) : !b.failure.empty() ? b.failure : mbarriers_at_task_end(b);
   if (report.empty() && races.empty()) report = canary_report(cfg, past, past_bytes);
   tls_block = nullptr;
   if (!races.empty()) report += (report.empty() ? "" : "\n") + races;

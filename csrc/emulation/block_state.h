@@ -49,6 +49,7 @@ struct Mbarrier {
   int64_t tx;         // bytes announced for the current phase and not landed yet (< 0: landed first)
   uint32_t phase;     // phases completed since the init: the current one's parity is phase & 1
   std::vector<TmaCopy> copies;
+  Site init;  // where mbarrier_init set it up
 };
 
 struct Thread {
@@ -133,7 +134,8 @@ void suspend(Thread &t);
 // mbarriers and TMA copies (tma.cpp), for the runner's reports.
 std::string shared_name(Block const &b, uintptr_t a);     // "dynamic_smem+64", "shared bars+8"
 std::string mbarrier_state(Block const &b, uintptr_t a);  // where its phase stands, for a hang report
-std::string copies_in_flight(Block const &b);             // a copy no wait landed when the task ended ("" if none)
+// A copy no wait landed, or a barrier not invalidated, when the task ended ("" if none).
+std::string mbarriers_at_task_end(Block const &b);
 
 // Race checking (race_check.cpp): hooks called by the runner.
 void race_begin(Block &b);

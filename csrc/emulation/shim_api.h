@@ -78,6 +78,7 @@ struct TmaBox {
   bool swizzle128;       // CU_TENSOR_MAP_SWIZZLE_128B
 };
 void mbarrier_init(Site site, uint64_t *bar, unsigned arrivals);
+void mbarrier_inval(Site site, uint64_t *bar);
 void mbarrier_arrive_expect_tx(Site site, uint64_t *bar, unsigned bytes);
 void mbarrier_wait_parity(Site site, uint64_t *bar, unsigned parity);
 // `map`: the tensor map the device would read. One that graph/tensor_maps.py made for CPU tensors

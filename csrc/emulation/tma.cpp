@@ -161,8 +161,9 @@ std::string map_mismatch(void const *map, TmaBox const &x) {
 
 }  // namespace
 
-// A copy queued when the task ended: on the device it lands later, in whatever runs next.
-std::string copies_in_flight(Block const &b) {
+// What the task left behind in its mbarriers: a copy queued when it ended (on the device it lands
+// later, in whatever runs next), or a barrier still valid (its memory is the next task's).
+std::string mbarriers_at_task_end(Block const &b) {
   for (auto const &[a, m] : b.mbarriers)
     if (!m.copies.empty()) {
       TmaCopy const &c = m.copies[0];
@@ -171,6 +172,11 @@ std::string copies_in_flight(Block const &b) {
              ", and the task ended without a wait on it: on the device it may land in the shared memory of the task "
              "that runs next";
     }
+  for (auto const &[a, m] : b.mbarriers)
+    return finding("mbarrier left valid") + "the mbarrier at " + shared_name(b, a) + ", initialized at " +
+           where(m.init) +
+           ", is still valid when the task ends: its memory is the next task's shared memory, which the PTX ISA leaves "
+           "undefined before an mbarrier_inval";
   return {};
 }
 
@@ -189,7 +195,21 @@ void mbarrier_init(Site site, uint64_t *bar, unsigned arrivals) {
   if (it != b.mbarriers.end() && !it->second.copies.empty())
     invalid(" at " + shared_name(b, a) + " that TMA copies still count on (issued at " +
             where(it->second.copies[0].site) + ")");
-  b.mbarriers[a] = Mbarrier{b.mbarrier_inits++, arrivals, arrivals, 0, 0, {}};  // a new slot: phases restart
+  if (it != b.mbarriers.end())
+    invalid(" at " + shared_name(b, a) + " that is still valid (initialized at " + where(it->second.init) +
+            "): the PTX ISA leaves an init of a valid mbarrier undefined; mbarrier_inval it first");
+  b.mbarriers[a] = Mbarrier{b.mbarrier_inits++, arrivals, arrivals, 0, 0, {}, site};  // a new slot: phases restart
+}
+
+void mbarrier_inval(Site site, uint64_t *bar) {
+  Thread &t = current("mbarrier.inval");
+  Block &b = *tls_block;
+  Mbarrier const &m = mbarrier_of(t, site, bar, "invalidates");
+  if (!m.copies.empty())
+    abort_block(finding("invalid mbarrier") + describe_thread(t.tid) + " at " + where(site) +
+                " invalidates the mbarrier at " + shared_name(b, reinterpret_cast<uintptr_t>(bar)) +
+                " while TMA copies still count on it (issued at " + where(m.copies[0].site) + ")");
+  b.mbarriers.erase(reinterpret_cast<uintptr_t>(bar));
 }
 
 void mbarrier_arrive_expect_tx(Site site, uint64_t *bar, unsigned bytes) {

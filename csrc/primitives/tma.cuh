@@ -36,10 +36,15 @@ struct TmaGeometry4 {
 // queued on its barrier and lands at a wait on it (until then the destination keeps what it held,
 // and a race-checking run reports any access to it). A wait that can never complete, a barrier this
 // task did not initialize, a destination outside shared memory or not 128-byte aligned, and more
-// bytes landing than were announced stop the run with a report naming the caller's line.
+// bytes landing than were announced stop the run with a report naming the caller's line; so do an
+// init of a barrier that is still valid and a barrier still valid when the task ends.
 __device__ __forceinline__ void mbarrier_init(uint64_t *bar, unsigned arrivals, char const *file = __builtin_FILE(),
                                               int line = __builtin_LINE()) {
   ::mpk::emu::mbarrier_init({file, line}, bar, arrivals);
+}
+__device__ __forceinline__ void mbarrier_inval(uint64_t *bar, char const *file = __builtin_FILE(),
+                                               int line = __builtin_LINE()) {
+  ::mpk::emu::mbarrier_inval({file, line}, bar);
 }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t *bar, unsigned bytes,
                                                           char const *file = __builtin_FILE(),
@@ -66,6 +71,7 @@ __device__ __forceinline__ void fence_proxy_async() { __atomic_thread_fence(__AT
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 // sm80 device code: never called (see the top of the file), so a trap if it is.
 __device__ __forceinline__ void mbarrier_init(uint64_t *, unsigned) { __trap(); }
+__device__ __forceinline__ void mbarrier_inval(uint64_t *) { __trap(); }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t *, unsigned) { __trap(); }
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t *, unsigned) { __trap(); }
 __device__ __forceinline__ void tma_load_4d(void *, TensorMap const *, TmaGeometry4 const &, int, int, int, int,
@@ -86,6 +92,13 @@ __device__ __forceinline__ void mbarrier_init(uint64_t *bar, unsigned arrivals) 
       "fence.proxy.async.shared::cta;" ::"r"(b),
       "r"(arrivals)
       : "memory");
+}
+
+// Ends the barrier's life (no waiter and no copy may still count on it): the PTX ISA makes an init of
+// a valid mbarrier, or another use of its memory (the next task's shared memory), undefined before it.
+__device__ __forceinline__ void mbarrier_inval(uint64_t *bar) {
+  uint32_t const b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(b) : "memory");
 }
 
 // One arrival on the current phase, after announcing `bytes` more that copies will bring (release:

@@ -316,8 +316,9 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     int const ke = min(p.ke, p.step + p.t0 + (pass_rows_end - 1) / G + 1);  // causal end of the pass
     int const num_tiles = ke > p.kb ? (ke - p.kb + kTileKeys - 1) / kTileKeys : 0;
 
-    // Each pass starts its stages' mbarriers at phase 0, so that tile i waits for the parity of its
-    // use of its stage, (i / kStages) & 1: a register of phases made the math loop spill (ptxas -v).
+    // Each pass starts its stages' mbarriers at phase 0 (and invalidates them at its end), so that
+    // tile i waits for the parity of its use of its stage, (i / kStages) & 1: a register of phases
+    // made the math loop spill (ptxas -v).
     // Every wait of the pass before is behind this thread's syncs; warp 0 issues the copies, and its
     // __syncwarp publishes the init to them.
     if (uses_tma && tid == 0)
@@ -605,7 +606,13 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
         if (c == 0) part[D] = l > 0.f ? mx + log2f(l) : -INFINITY;
       }
     }
-    if (uses_tma) fence_proxy_async();  // the scratch's writes before the next pass's TMA
+    if (uses_tma) {
+      fence_proxy_async();  // the scratch's writes before the next pass's TMA
+      // Every thread's waits are behind the merge's syncs. An init of a valid mbarrier (the next
+      // pass's) is undefined, and so is other use of its memory (the next task's shared memory).
+      if (tid == 0)
+        for (int st = 0; st < kStages; ++st) mbarrier_inval(&bars[st]);
+    }
     sync();  // the scratch is the next pass's tiles
     rt.mark(kPhaseRows);
   }

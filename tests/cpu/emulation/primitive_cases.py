@@ -55,6 +55,8 @@ KERNELS = [
     _tma("tma_too_many_bytes", "tma_too_many_bytes"),
     _tma("tma_early_read", "tma_early_read"),
     _tma("tma_never_waited", "tma_never_waited"),
+    _tma("tma_init_twice", "tma_init_twice"),
+    _tma("tma_left_valid", "tma_left_valid"),
 ]
 VARIANT = {k.name: i for i, k in enumerate(KERNELS)}
 

@@ -176,6 +176,8 @@ __device__ void tma_tile(TaskDesc const &task, Runtime const &) {
   mbarrier_wait_parity(&bar, 0);
   task.output<uint4>(0)[t] = s[t];
   if (t == 0) task.output<long long>(1)[0] = static_cast<long long>(__cvta_generic_to_shared(s));
+  __syncthreads();  // every wait before the barrier's end
+  if (t == 0) mbarrier_inval(&bar);
 }
 
 // Two stages through one buffer and one mbarrier (phases 0 and 1). Before the first, thread 0's wait
@@ -203,6 +205,8 @@ __device__ void tma_pipeline(TaskDesc const &task, Runtime const &) {
                 &bar);
   mbarrier_wait_parity(&bar, 1);
   out[kWorkerThreads + t] = s[t];
+  __syncthreads();
+  if (t == 0) mbarrier_inval(&bar);
 }
 
 // The mistakes the emulator reports, one a kernel (thread 0 alone unless said).
@@ -267,6 +271,22 @@ __device__ void tma_early_read(TaskDesc const &task, Runtime const &) {
   __syncthreads();
   if (t == 1) out[1] = s[1];  // @tma-early-read
   mbarrier_wait_parity(bar, 0);
+  __syncthreads();
+  if (t == 0) mbarrier_inval(bar);
+}
+
+// A barrier initialized again while it is still valid (no mbarrier_inval between).
+__device__ void tma_init_twice(TaskDesc const &, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x != 0) return;
+  mbarrier_init(bar, 1);  // @tma-first-init
+  mbarrier_init(bar, 1);  // @tma-init-again
+}
+
+// The task ends with its barrier valid: its memory is the next task's shared memory.
+__device__ void tma_left_valid(TaskDesc const &, Runtime const &) {
+  uint64_t *bar = reinterpret_cast<uint64_t *>(dynamic_smem + kTmaBoxBytes);
+  if (threadIdx.x == 0) mbarrier_init(bar, 1);  // @tma-left-valid
 }
 
 // The task ends with its copy never waited for.
