@@ -139,8 +139,8 @@ class TaskGraph:
         for t in inputs:
             if t.data.is_meta:
                 raise GraphError(
-                    f"{name}: tensor {t.name!r} has no memory yet (a communication tensor before compile()); a tensor "
-                    f"map needs its address"
+                    f"{name}: tensor {t.name!r} has no memory (a meta tensor, or a communication tensor before "
+                    f"compile()); a tensor map needs its address: attach the tensor with its memory"
                 )
         t = self.add_tensor(tensor_maps([t.data for t in inputs], box, swizzle), name, "derived")
         t.derived_from = {"op": "tensor_maps", "inputs": [x.name for x in inputs], "box": list(box), "swizzle": swizzle}

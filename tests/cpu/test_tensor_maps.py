@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mpk_runtime.build import replay
-from mpk_runtime.errors import ConfigError, ShapeError
+from mpk_runtime.errors import ConfigError, GraphError, ShapeError
 from mpk_runtime.graph import tensor_maps as maps_module
 from mpk_runtime.graph.tensor_maps import EMULATION_MAGIC, EMULATION_MAP, tensor_maps
 from mpk_runtime.tasks.paged_attention import tma_box_rows
@@ -127,3 +127,12 @@ def test_a_replay_makes_the_maps_of_the_tensors_it_binds():
     recipe = {"op": "tensor_maps", "inputs": ["k_cache", "v_cache"], "box": BOX, "swizzle": 128}
     made = replay._derive(recipe, [torch.zeros(CACHE, dtype=torch.bfloat16)] * 2)
     assert made.shape == (2, 128) and made.dtype == torch.uint8
+
+
+def test_maps_of_a_tensor_without_memory_are_refused(make_pk):
+    from test_paged_attention_layer import PARAMS, layer
+
+    pk = make_pk(90, **PARAMS)
+    meta = {n: torch.empty((16, 16, 2, 128), dtype=torch.bfloat16, device="meta") for n in ("k_cache", "v_cache")}
+    with pytest.raises(GraphError, match=r"paged_attention_0.kv_maps: tensor 'k_cache' has no memory \(a meta tensor"):
+        layer(pk, **meta)
