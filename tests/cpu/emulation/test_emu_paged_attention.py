@@ -155,6 +155,8 @@ CONFIGS = {
     # of several tiles, split keys merged by each half, a prefill split by tokens, a chunk
     "pairs_d128_decodes": ("sm90", 128, 4, 4, 1, 16, ((1, 300), (1, 64), (5, 40)), True, True),
     "pairs_d128_split_keys_and_tokens": ("sm90", 128, 4, 2, 3, 16, ((1, 500), (30, 0)), False, True),
+    # sm100 takes the sm90 path (TMA tiles of history, 8 warps): decodes split over a page size of 32
+    "sm100_d128_tma_decodes": ("sm100", 128, 4, 2, 2, 32, ((1, 600), (1, 257), (3, 140)), True, False),
     "pairs_sm80_d64_split": ("sm80", 64, 2, 2, 2, 8, ((1, 90), (12, 5), (1, 7)), True, True),
 }
 
