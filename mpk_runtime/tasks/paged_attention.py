@@ -31,6 +31,13 @@ def tma_box_rows(page_size: int) -> int:
     return rows if rows >= 16 else 0
 
 
+def kv_map_geometry(rows: int) -> tuple[list[int], int]:
+    """The box (from the caches' innermost dim) and swizzle bytes of the layer's kv_maps for boxes of
+    ``rows`` rows: 64 of a row's D elements (128 bytes: the 128-byte swizzle the body's tiles are laid
+    out in), of one kv head, of ``rows`` rows of one page. The caches are (pages, page_size, H_kv, D)."""
+    return [64, 1, rows, 1], 128
+
+
 def layer_tma_rows(page_size: int, max_seq_length: int, splits: int, heads_per_task: int) -> int:
     """tma_box_rows for a layer whose tasks can take a whole tile of history by TMA, else 0: with
     splits of the keys (decode) a split holds at most ceil(max_seq_length / splits) keys, and one of
@@ -193,11 +200,9 @@ class PagedAttention(TaskSpec):
         return {"splits": ((n,), torch.float32)}
 
     def tensor_maps(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> dict[str, Any]:
-        # The body's tiles of history keys, copied by the TMA on sm90: boxes of 64 of a row's D
-        # elements (128 bytes, the 128-byte swizzle the tiles are laid out in), of one kv head, of
-        # tma_rows rows of one page. The caches are (pages, page_size, H_kv, D): dims from D.
+        # The body's tiles of history keys, copied by the TMA on sm90.
         rows = values.get("tma_rows", 0)
-        return {"kv_maps": (["k_cache", "v_cache"], [64, 1, rows, 1], 128)} if rows else {}
+        return {"kv_maps": (["k_cache", "v_cache"], *kv_map_geometry(rows))} if rows else {}
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         _, _, kv_heads, d = s["k_cache"].full_shape

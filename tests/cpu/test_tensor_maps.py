@@ -9,6 +9,7 @@ import ctypes
 
 import pytest
 import torch
+from test_paged_attention_layer import PARAMS, layer
 
 from mpk_runtime.build import replay
 from mpk_runtime.errors import ConfigError, GraphError, ShapeError
@@ -91,8 +92,6 @@ def test_box_rows_divide_the_page_and_the_tile(page_size, rows):
 
 
 def test_the_attention_layer_maps_its_caches(make_pk):
-    from test_paged_attention_layer import PARAMS, layer
-
     pk = make_pk(90, **{**PARAMS, "page_size": 16})
     layer(pk)
     t = pk._graph.tensors["paged_attention_0.kv_maps"]
@@ -101,8 +100,6 @@ def test_the_attention_layer_maps_its_caches(make_pk):
 
 
 def test_no_maps_where_a_page_holds_no_box(make_pk):
-    from test_paged_attention_layer import PARAMS, layer
-
     shapes = {"k_cache": (16, 8, 2, 128), "v_cache": (16, 8, 2, 128)}
     pk = make_pk(90, **{**PARAMS, "page_size": 8})
     layer(pk, **shapes)
@@ -115,8 +112,6 @@ def test_no_maps_where_a_page_holds_no_box(make_pk):
     ids=["one split", "splits of a tile", "splits under a tile", "a pair's splits of its tile", "a pair's under"],
 )
 def test_a_layer_whose_splits_never_hold_a_tile_has_no_maps(make_pk, seq, splits, pairs, rows):
-    from test_paged_attention_layer import PARAMS, layer
-
     pk = make_pk(90, **{**PARAMS, "max_seq_length": seq})
     layer(pk, grid=(2, 2 // pairs, splits), cos_pos_embed=(seq, 128), sin_pos_embed=(seq, 128))
     maps = pk._graph.tensors.get("paged_attention_0.kv_maps")
@@ -130,8 +125,6 @@ def test_a_replay_makes_the_maps_of_the_tensors_it_binds():
 
 
 def test_maps_of_a_tensor_without_memory_are_refused(make_pk):
-    from test_paged_attention_layer import PARAMS, layer
-
     pk = make_pk(90, **PARAMS)
     meta = {n: torch.empty((16, 16, 2, 128), dtype=torch.bfloat16, device="meta") for n in ("k_cache", "v_cache")}
     with pytest.raises(GraphError, match=r"paged_attention_0.kv_maps: tensor 'k_cache' has no memory \(a meta tensor"):

@@ -22,7 +22,7 @@ from mpk_runtime.graph.tensor_maps import tensor_maps
 from mpk_runtime.graph.variants import Variant
 from mpk_runtime.run import host_runner
 from mpk_runtime.tasks import registry
-from mpk_runtime.tasks.paged_attention import tma_box_rows, workspace_floats
+from mpk_runtime.tasks.paged_attention import kv_map_geometry, tma_box_rows, workspace_floats
 
 ref = harness.find_reference("paged_attention_batch", layer="paged_attention")
 rope_tables = harness.find_reference("rope_tables", layer="paged_attention")
@@ -77,7 +77,7 @@ def run_layer(module, requests, *, head_dim, group, kv_heads, splits, page_size,
                m["paged_kv_indices_buffer"], m["paged_kv_last_page_len_buffer"], output=out)  # fmt: skip
     ws = torch.zeros(max(4, workspace_floats(tokens, slots, heads, kv_heads, d, splits)), dtype=torch.float32)
     if maps is None and tma_box_rows(page_size):  # the emulator checks its geometry against the body's copies
-        maps = tensor_maps([k_cache, v_cache], [64, 1, tma_box_rows(page_size), 1], 128)
+        maps = tensor_maps([k_cache, v_cache], *kv_map_geometry(tma_box_rows(page_size)))
     if counters is not None:  # the first slots * kv_heads int64 words: one per (request slot, kv head)
         ws.view(torch.int64)[: slots * kv_heads] = counters
     meta_struct, batch_struct = abi.meta_struct(m), abi.batch_struct(batch)
