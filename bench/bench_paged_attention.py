@@ -9,14 +9,16 @@ inside the megakernel next to torch in the same run:
   faster than gather + SDPA, within 1.25x of contiguous SDPA, with torch timed as the anchors were
   (one cache, read again and again). torch is also timed the megakernel's way ("past L2": copies
   with caches of their own): a small case's keys fit in L2, which the anchors' way lets torch use.
-  Also one copy's span in a launch of its own (layer_bench.span_us: the layer's latency, without
-  the launch's fixed cost). The copies are independent, so a grid of at most half as many tasks as
-  workers runs two or more of them side by side: (T(n) - T(1)) / (n - 1) is then a throughput, not
-  a layer's latency, and such a row is marked instead of judged against the targets.
+  Also one copy's span in a launch of its own (the layer's latency, without the launch's fixed
+  cost), and from the same profiled launches where it goes (span_phases.py: the phases of the
+  tasks, and the chain of the task that ends last; printed with --phases, always in the JSON).
+  The copies are independent, so a grid of at most half as many tasks as workers runs two or more
+  of them side by side: (T(n) - T(1)) / (n - 1) is then a throughput, not a layer's latency, and
+  such a row is marked instead of judged against the targets.
 - prefill of one 4096-token prompt against causal torch SDPA (CUDA graph): reported only.
 Every case checks its first copy's output against the reference before it is timed.
 
-    python bench/bench_paged_attention.py [--arch sm90|sm80]   # writes $OUT/bench_paged_attention.json
+    python bench/bench_paged_attention.py [--arch sm90|sm80] [--phases]   # writes $OUT/bench_paged_attention.json
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from mpk_runtime.harness import find_reference  # noqa: E402
 
 import layer_bench  # noqa: E402
+import span_phases  # noqa: E402
 import timing  # noqa: E402
 
 paged_attention_batch = find_reference("paged_attention_batch", layer="paged_attention")
@@ -182,7 +185,9 @@ def decode_case(b: int, s: int, splits: int, pairs: int, arch: str, copy_tbps: f
     layer = Layer([s - 1] * b, [s - 1] * b, b, copies)
     err = layer.check(arch, splits, pairs)
     mpk_us = megakernel_us(layer, arch, splits, pairs, copies)
-    span = layer_bench.span_us(layer.build(splits, pairs), target_cc=int(arch[2:]), **layer.params)
+    phases = span_phases.span_phases(
+        layer_bench.profiled_runs(layer.build(splits, pairs), target_cc=int(arch[2:]), **layer.params)
+    )
     workers, _ = mpk.get_configurations_from_gpu(0)
     del layer
     torch.cuda.empty_cache()
@@ -195,7 +200,8 @@ def decode_case(b: int, s: int, splits: int, pairs: int, arch: str, copy_tbps: f
         "kv_heads_per_task": pairs,
         "copies": copies,
         "mpk_us": mpk_us,
-        "span_us": span,
+        "span_us": phases["span_us"],
+        "phases": phases,
         "copies_side_by_side": layer_bench.side_by_side(b * (HKV // pairs) * splits, workers),
         "floor_us": floor_us,
         "pct_of_floor": 100 * floor_us / mpk_us,
@@ -260,6 +266,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm90", choices=["sm80", "sm90"])
     parser.add_argument("--skip-prefill", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="Also print where each decode copy's span goes (its tasks' phases)")
     parser.add_argument(
         "--decode",
         metavar="BxS[:Z:HP],...",
@@ -304,6 +311,8 @@ def main() -> None:
         "the verdict uses torch timed as the anchors were (one cache read again: a small case stays in L2); "
         "'past L2' times torch as the megakernel is timed, over copies of their own"
     )
+    for r in rows if args.phases else ():
+        print("\n".join(span_phases.describe(r["case"], r["phases"])))
     if prefill:
         p = prefill
         print(

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 import mpk_runtime as mpk
+from mpk_runtime.profile.stats import PhaseRow, Row, read_csv, read_phases_csv
 
 import timing
 
@@ -111,25 +112,31 @@ def torch_rotation_us(torch_op: Callable[[int], None], copies: int) -> float:
     return timing.time_us(rotate, reps=100, warmup=10)
 
 
-def span_us(build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params) -> float:
-    """One copy's latency inside the megakernel: the profiler's span of a launch that holds copy 0
-    alone (its first task's begin to its last task's end, so without the launch's fixed cost),
-    median over launches."""
-    import csv
+def profiled_runs(
+    build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params
+) -> list[tuple[list[Row], list[PhaseRow]]]:
+    """Copy 0 alone in a profiled launch, `launches` times: each launch's task rows and phase rows
+    (its profile CSVs)."""
     import tempfile
 
     prof = torch.zeros(1 << 20, dtype=torch.uint64, device="cuda")
     pk = kernel(profiler_tensor=prof, trace_name=str(Path(tempfile.mkdtemp()) / "trace"), **params)
     build(pk, 0)
     pk.compile()
-    spans = []
+    runs = []
     for _ in range(launches):
         pk()
-        pk.synchronize()  # writes the CSV of this launch
-        rows = list(csv.DictReader(open(pk.profile_paths["csv"])))
-        spans.append((max(int(r["end_ns"]) for r in rows) - min(int(r["begin_ns"]) for r in rows)) / 1e3)
+        pk.synchronize()  # writes the CSVs of this launch
+        runs.append((read_csv(pk.profile_paths["csv"]), read_phases_csv(pk.profile_paths["phases"])))
     pk.finalize()
-    return statistics.median(spans)
+    return runs
+
+
+def span_us(build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params) -> float:
+    """One copy's latency inside the megakernel: the median span of launches that hold copy 0 alone
+    (a launch's first task's begin to its last task's end, so without the launch's fixed cost)."""
+    runs = profiled_runs(build, launches, **params)
+    return statistics.median((max(r.end_ns for r in rows) - min(r.begin_ns for r in rows)) / 1e3 for rows, _ in runs)
 
 
 def side_by_side(tasks: int, workers: int) -> int:
