@@ -22,6 +22,7 @@
 // their mbarrier until a wait on it; one still queued when the task ends is reported, since on the
 // device it would write the shared memory of whatever runs next.
 #include <link.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -233,6 +234,12 @@ uint64_t splitmix64(uint64_t &s) {
   return z ^ (z >> 31);
 }
 
+// A draw in [0, n) from the high bits of a 64 x 64 bit product (no division: a shuffle draws once a
+// fiber a round, and `%` made a fifth of the scheduler's time).
+uint64_t below(uint64_t &s, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(splitmix64(s)) * n) >> 64);
+}
+
 // The calling OS thread's block of the module's thread_local variables, found from one address in
 // it: that block holds every __shared__ variable and the dynamic shared memory.
 void find_shared_window(void const *inside, uintptr_t &lo, uintptr_t &hi) {
@@ -404,12 +411,16 @@ void diagnose_collective(Block &b) {
 bool resolve_named(Block &b) {
   int const n = b.cfg.num_threads;
   bool progress = false;
+  // The waiters of each id, in one pass over the threads (a pass per id cost a sixth of an emulated
+  // model's time: every round runs this, and a thread's state is a cache line of its own).
+  std::vector<uint32_t> waiting[kNamedBarriers];
+  for (int i = 0; i < n; ++i) {
+    Thread const &t = b.threads[i];
+    if (t.state == State::kBarrier && t.kind == kNamedBarrier && t.arg >= 1 && t.arg < kNamedBarriers)
+      waiting[t.arg].push_back(i);
+  }
   for (int id = 1; id < kNamedBarriers; ++id) {
-    std::vector<uint32_t> at;
-    for (int i = 0; i < n; ++i) {
-      Thread const &t = b.threads[i];
-      if (t.state == State::kBarrier && t.kind == kNamedBarrier && t.arg == id) at.push_back(i);
-    }
+    std::vector<uint32_t> const &at = waiting[id];
     if (at.empty()) continue;
     Thread const &first = b.threads[at[0]];
     std::string const name = "named barrier " + std::to_string(id);
@@ -504,7 +515,7 @@ void resolve_barrier(Block &b) {
 // wait (at the barrier, or spinning on something only it can change). A barrier the code needs but
 // lacks then changes the results, as it may on the device. -1: no warp lags (a one-warp block).
 int pick_lagging_warp(int num_warps, uint64_t &rng) {
-  return num_warps < 2 ? -1 : static_cast<int>(splitmix64(rng) % num_warps);
+  return num_warps < 2 ? -1 : static_cast<int>(below(rng, num_warps));
 }
 
 // This round's order without the lagging warp's fibers, unless nothing else could run (then the
@@ -554,7 +565,7 @@ void schedule(Block &b) {
     if (b.cfg.order == kReversed) std::reverse(order.begin(), order.end());
     if (b.cfg.order == kShuffled) {
       hold_back(order, lagging, moved_last);
-      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[below(rng, i)]);
     }
     bool moved = order.empty();
     if (!order.empty()) {  // the round: each fiber runs until it blocks, then hands over to the next
@@ -796,10 +807,28 @@ namespace {
 
 constexpr unsigned char kCanary = 0xa5;
 
+// The first byte of p[0, n) that is not the canary, or n: memcmp against 1 KB of canaries, then
+// bytes. A loop over bytes alone took most of a small task's time: up to 227 KB lie past a task's
+// shared memory, checked after every task.
+size_t first_not_canary(unsigned char const *p, size_t n) {
+  struct Page {
+    unsigned char bytes[1024];
+    Page() { memset(bytes, kCanary, sizeof bytes); }
+  };
+  static Page const page;
+  size_t at = 0;
+  while (at < n) {
+    size_t const k = std::min(sizeof page.bytes, n - at);
+    if (memcmp(p + at, page.bytes, k) != 0) break;
+    at += k;
+  }
+  while (at < n && p[at] == kCanary) ++at;
+  return at;
+}
+
 // The bytes past a task's dynamic shared memory that it wrote (empty: none).
 std::string canary_report(RunConfig const &cfg, unsigned char const *past, size_t n) {
-  size_t first = 0;
-  while (first < n && past[first] == kCanary) ++first;
+  size_t const first = first_not_canary(past, n);
   if (first == n) return {};
   size_t last = n - 1;
   while (past[last] == kCanary) --last;
@@ -850,7 +879,12 @@ int run_block(RunConfig const &cfg, void (*thread_main)(void *), void *arg, std:
   b.stacks_lo = reinterpret_cast<uintptr_t>(arena.base);
   b.stacks_hi = b.stacks_lo + arena.bytes;
   for (int i = 0; i < cfg.num_threads; ++i) {
-    Thread &t = *new (b.threads + i) Thread{};
+    // Everything but the cp.async queue starts zeroed: that queue (3 KB a thread) is read only up to
+    // num_copies, and value-initializing whole Threads wrote 1.2 MB for every task of 256 threads.
+    Thread &t = *new (b.threads + i) Thread;
+    auto *const raw = reinterpret_cast<unsigned char *>(&t);
+    memset(raw, 0, offsetof(Thread, copies));
+    memset(raw + offsetof(Thread, num_copies), 0, sizeof(Thread) - offsetof(Thread, num_copies));
     t.tid = i;
     t.view.thread_idx = uint3{static_cast<unsigned>(i), 0, 0};
     t.view.block_idx = uint3{0, 0, 0};

@@ -61,6 +61,7 @@ KERNELS = [
     "big_local_array",
     "runtime_view",
     "counts_launches",
+    "smem_overflow_far",
 ]
 
 

@@ -122,6 +122,11 @@ __device__ void smem_overflow(TaskDesc const &, Runtime const &) {
   if (threadIdx.x < 32) reinterpret_cast<uint32_t *>(dynamic_smem)[threadIdx.x] = threadIdx.x;  // @smem-overflow
 }
 
+// One word far past the task's bytes, where the canary check compares whole chunks first.
+__device__ void smem_overflow_far(TaskDesc const &, Runtime const &) {
+  if (threadIdx.x == 0) reinterpret_cast<uint32_t *>(dynamic_smem)[750] = 1u;  // bytes 3000..3003
+}
+
 // tasks/common/block_reduce.cuh without its second barrier, called twice: a warp that is ahead
 // writes the second call's partial sum while others still read the first call's.
 template <typename T>

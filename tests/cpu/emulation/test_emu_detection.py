@@ -201,6 +201,11 @@ def test_dynamic_shared_memory_overflow_without_race_checking(kernels):
     ), report
 
 
+def test_an_overflow_far_past_the_task_s_bytes_is_found_too(kernels):
+    report = detected(kernels, "smem_overflow_far", dynamic_smem=64)
+    assert report.startswith("dynamic shared memory overflow in task 5: bytes 3000..3003 of dynamic shared memory were written")
+
+
 def test_misaligned_vector_access(race_kernels):
     report = detected(race_kernels, "misaligned_vector", out_words(1))
     assert report == (
