@@ -32,7 +32,7 @@ struct TmaGeometry4 {
 };
 
 #ifdef MPK_HOST_EMULATION
-// Host versions (emulation/block_runner.cpp): the runner keeps each barrier's state; a copy is
+// Host versions (emulation/tma.cpp): the runner keeps each barrier's state; a copy is
 // queued on its barrier and lands at a wait on it (until then the destination keeps what it held,
 // and a race-checking run reports any access to it). A wait that can never complete, a barrier this
 // task did not initialize, a destination outside shared memory or not 128-byte aligned, and more

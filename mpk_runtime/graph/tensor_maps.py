@@ -52,11 +52,16 @@ def tensor_maps(tensors: list[torch.Tensor], box: list[int], swizzle: int) -> to
     return out.to(first.device)
 
 
+def _byte_strides(t: torch.Tensor) -> list[int]:
+    """The strides of ``t``'s outer dims in bytes, from the innermost but one: the map's strides."""
+    return [s * t.element_size() for s in reversed(t.stride()[:-1])]
+
+
 def _describe(t: torch.Tensor, box: list[int], swizzle: int) -> bytes:
     """The emulator's map of ``t``: its geometry as the driver would encode it, without the address."""
     rank, pad = t.dim(), [0] * (5 - t.dim())
     dims = [*reversed(t.shape), *pad]
-    strides = [s * t.element_size() for s in reversed(t.stride()[:-1])] + [0] * (5 - rank)
+    strides = _byte_strides(t) + [0] * (5 - rank)
     return EMULATION_MAP.pack(EMULATION_MAGIC, rank, t.element_size(), swizzle, 0, *dims, *strides, *box, *pad)
 
 
@@ -77,7 +82,7 @@ def _check_copyable(t: torch.Tensor, box: list[int], swizzle: int, where: str) -
     if row % 16 or (swizzle and row > swizzle):
         limit = f" and at most the {swizzle}-byte swizzle" if swizzle else ""
         raise ShapeError(f"{where}: the box's innermost {box[0]} elements are {row} bytes; they must be a multiple of 16{limit}")
-    strides = [s * t.element_size() for s in reversed(t.stride()[:-1])]
+    strides = _byte_strides(t)
     if any(s % 16 for s in strides) or (t.data_ptr() % 16 and t.device.type == "cuda"):
         raise ShapeError(f"{where}: the address and the byte strides {strides} of the outer dims must be multiples of 16")
 
@@ -94,7 +99,7 @@ def _encode(t: torch.Tensor, box: list[int], swizzle: int) -> bytes:
     rank = t.dim()
     u64, u32 = C.c_uint64, C.c_uint32
     dims = (u64 * rank)(*reversed(t.shape))
-    strides = (u64 * max(rank - 1, 1))(*[s * t.element_size() for s in reversed(t.stride()[:-1])])
+    strides = (u64 * max(rank - 1, 1))(*_byte_strides(t))
     boxes = (u32 * rank)(*box)
     unit = (u32 * rank)(*([1] * rank))  # every element of the box, no stride
     out = (u64 * (MAP_BYTES // 8))()
