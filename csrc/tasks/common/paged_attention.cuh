@@ -343,7 +343,8 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
           if (lane < kBoxes) {
             // Shared memory other tasks and the pass before wrote, and history other tasks wrote
             // (acquired at this task's start), before this lane's async-proxy copies: once a pass,
-            // before its first tile (a fence costs the issuing warp about 0.8 us on an H200). The
+            // before its first tile (a tile's arrival and fence took the issuing warp 0.83 us or more
+            // on an H200, the fence's share not timed apart). The
             // buffers' reads by the math come before their next copies through the syncs, as a
             // consumer's release does in a pipeline of mbarriers; no tile of the pass after a TMA
             // tile is written by the threads.
