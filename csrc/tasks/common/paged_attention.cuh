@@ -24,9 +24,10 @@
 //    chunks and merge their (m, l, O) through shared memory at the end.
 // Tiles of history keys are requested before the append and the Q preparation run, so that their
 // latency overlaps that work; tiles with new keys after a barrier that publishes the append. On sm90
-// a tile of whole boxes of history comes by TMA instead (boxes of R rows of a page, from tensor maps
-// of the caches, issued by warp 0 and counted on the stage's mbarrier): the copies then run while
-// the warps compute, where cp.async issues stall the warps that do the math.
+// a tile of whole boxes of history, or of keys the task appended itself, comes by TMA instead
+// (boxes of R rows of a page, from tensor maps of the caches, issued by warp 0 and counted on the
+// stage's mbarrier): the copies then run while the warps compute, where cp.async issues stall the
+// warps that do the math.
 //
 // Fragments (mma.cuh has the PTX layout; lane = 4 g + t):
 // - S = Q K^T permutes the head dimension: one 16-byte load (chunk qk_chunk(c, t), d 8 qk_chunk ..
@@ -200,7 +201,9 @@ struct Plan {
   int kb, ke;    // keys read: positions [kb, ke), before the causal limit of each row
   int t0, t1;    // tokens whose rows this task computes
   int w0, w1;    // tokens whose key and value this task appends
-  int in0, in1;  // key positions computed from the input (in0 = step, or both 0): new keys not read back from the cache
+  // Key positions computed from the input, new keys not read back from the cache: [step, in1), or
+  // none (in0 = in1 = kv_len, or step). Keys before in0 are history or appended by this task.
+  int in0, in1;
 };
 
 // The splits of one (request, kv head) count themselves done on a 64-bit word of the layer's
@@ -227,7 +230,7 @@ __device__ __forceinline__ Plan plan_of(TaskDesc const &task, Runtime const &rt)
   p.step = p.kv_len - p.qlen;
   p.pages = rt.meta.paged_kv_indices + first_page;
   p.mode = Z == 1 ? kModeAll : (p.qlen <= kKvSplitMaxTokens ? kModeKeys : kModeTokens);
-  p.kb = 0, p.ke = p.kv_len, p.t0 = 0, p.t1 = p.qlen, p.w0 = 0, p.w1 = p.qlen, p.in0 = p.in1 = 0;
+  p.kb = 0, p.ke = p.kv_len, p.t0 = 0, p.t1 = p.qlen, p.w0 = 0, p.w1 = p.qlen, p.in0 = p.in1 = p.kv_len;
   if (p.mode == kModeKeys) {
     int const chunk = ((p.kv_len + Z - 1) / Z + 15) / 16 * 16;
     p.kb = min(p.kv_len, z * chunk);
@@ -295,8 +298,11 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
   uint64_t *bars = reinterpret_cast<uint64_t *>(smem + S::kBarriers);
   // Whether any tile of the task can come by TMA (by_tma below; the last pass's keys reach furthest):
   // a task without one pays for no barrier and no fence (a decode's short split, a prefill's first block).
+  // A TMA tile holds history, or new keys this task appended itself (published before the tile goes
+  // out: the append's proxy fence, then a barrier); never keys computed from the input, which the
+  // threads write into the tile: TMA tiles end at in0 (Plan).
   bool uses_tma = false;
-  if constexpr (kTma) uses_tma = p.kb % R == 0 && p.kb + kTileKeys <= min(p.ke, p.step);
+  if constexpr (kTma) uses_tma = p.kb % R == 0 && p.kb + kTileKeys <= min(p.ke, p.in0);
 
   auto cache_row = [&](T *cache, int pos) {
     int const page = p.pages[pos / p.page_size];
@@ -323,12 +329,13 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     // __syncwarp publishes the init to them.
     if (uses_tma && tid == 0)
       for (int st = 0; st < kStages; ++st) mbarrier_init(&bars[st], 1);
-    // Whether tile i comes by TMA: whole boxes (its first key on a box boundary), all of them history
-    // (no key from the input, none from this iteration's appends, none past the pass's keys: the
-    // zero-filled rows of cp.async keep the masked keys' values finite). The tiles that do are the
-    // pass's first ones, so a buffer cp.async wrote is never written by a TMA later in the pass.
+    // Whether tile i comes by TMA: whole boxes (its first key on a box boundary), none from the input
+    // (in0), none past the pass's keys (the zero-filled rows of cp.async keep the masked keys'
+    // values finite). The tiles that do are the pass's first ones, so a buffer cp.async wrote is
+    // never written by a TMA later in the pass. A tile with appended keys is never one of the early
+    // ones (early_end below), so it goes out after the append's barrier.
     auto by_tma = [&](int i) {
-      if constexpr (kTma) return uses_tma && i < num_tiles && p.kb + (i + 1) * kTileKeys <= min(ke, p.step);
+      if constexpr (kTma) return uses_tma && i < num_tiles && p.kb + (i + 1) * kTileKeys <= min(ke, p.in0);
       return false;
     };
     // Requests one stage: tile i of the pass into buffer i % kStages (one commit group, maybe empty).
@@ -408,7 +415,7 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
     // Tiles whose keys are all history or computed from the input go out before the append and Q
     // work; a tile with keys read back from the append's cache slots after the barrier.
     int issued = 0;
-    int const early_end = max(p.step, p.in1);
+    int const early_end = p.in1 > p.in0 ? max(p.step, p.in1) : p.step;
     while (issued < kStages && issued < num_tiles && min(p.kb + (issued + 1) * kTileKeys, ke) <= early_end)
       issue(issued++);
     rt.mark(kPhaseRequested);
@@ -417,17 +424,23 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       int const aw = W - 1 - warp;
       for (int base = p.w0 + aw * kRowBatch; base < p.w1; base += W * kRowBatch) {
         float v[kRowBatch][E];  // the values' loads go out with the keys'
+        int64_t slot[kRowBatch] = {};  // and so do the slots' page reads (at the store, the store waited for one)
 #pragma unroll
         for (int r = 0; r < kRowBatch; ++r)
-          if (base + r < p.w1) load_elems<T, E>(in_row(base + r, H + H_KV + y) + lane * E, v[r]);
-        norm_rope_rows<T, D, kRowBatch>(
-            [&](int r) { return base + r < p.w1 ? in_row(base + r, H + y) : nullptr; },
-            [&](int r) { return p.step + base + r; },
-            [&](int r, float const(&k)[E]) { store_elems<T, E>(cache_row(k_cache, p.step + base + r) + lane * E, k); },
-            k_norm, cos_tab, sin_tab, eps, lane);
+          if (base + r < p.w1) {
+            load_elems<T, E>(in_row(base + r, H + H_KV + y) + lane * E, v[r]);
+            slot[r] = cache_row(k_cache, p.step + base + r) - k_cache + lane * E;
+          }
+        norm_rope_rows<T, D, kRowBatch>([&](int r) { return base + r < p.w1 ? in_row(base + r, H + y) : nullptr; },
+                                        [&](int r) { return p.step + base + r; },
+                                        [&](int r, float const(&k)[E]) { store_elems<T, E>(k_cache + slot[r], k); },
+                                        k_norm, cos_tab, sin_tab, eps, lane);
 #pragma unroll
         for (int r = 0; r < kRowBatch; ++r)
-          if (base + r < p.w1) store_elems<T, E>(cache_row(v_cache, p.step + base + r) + lane * E, v[r]);
+          if (base + r < p.w1) store_elems<T, E>(v_cache + slot[r], v[r]);
+        // The appended rows before a TMA tile reads them back (by_tma): the writer's proxy fence, then
+        // the barrier after the q rows.
+        if (uses_tma) fence_proxy_async();
       }
     }
 
@@ -612,7 +625,9 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       }
     }
     if (uses_tma) {
-      fence_proxy_async();  // the scratch's writes before the next pass's TMA
+      // The scratch's writes before the next pass's TMA (the next task's first TMA tile fences for
+      // what this one wrote: the i == 0 fence above): only a pass with one after it pays.
+      if (pass + mw < mtiles) fence_proxy_async();
       // Every thread's waits are behind the merge's syncs. An init of a valid mbarrier (the next
       // pass's) is undefined, and so is other use of its memory (the next task's shared memory).
       if (tid == 0)
