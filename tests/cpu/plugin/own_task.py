@@ -9,20 +9,21 @@ import shutil
 from pathlib import Path
 
 import pytest
+from forked_pytest import runpytest_forked
 
 
 def run_scene(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: Path, scene: str, env: str, header: Path, *args: str
 ) -> pytest.RunResult:
     """``folder/<name>_scene.py`` as ``test_<name>.py`` beside the folder's other modules, built from
-    ``header``, emulated, in a process of its own: the task registry is the process's, and each test
+    ``header``, emulated, in a process of its own (forked_pytest): the task registry is the process's, and each test
     registers another body. ``args``: more pytest options."""
     for module in folder.glob("*.py"):
         if module.name != scene:
             shutil.copy(module, pytester.path / module.name)
     shutil.copy(folder / scene, pytester.path / f"test_{scene.removesuffix('_scene.py')}.py")
     monkeypatch.setenv(env, str(header))
-    return pytester.runpytest_subprocess("-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)
+    return runpytest_forked(pytester, "-p", "mpk", "--arch", "sm90", "--mpk-backend", "emulate", "-n", "0", "-rf", *args)
 
 
 def run_variant(

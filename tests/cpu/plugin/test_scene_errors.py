@@ -7,6 +7,7 @@ import glob
 import textwrap
 
 import pytest
+from forked_pytest import runpytest_forked
 
 HEADER = """
 import torch
@@ -347,6 +348,6 @@ def test_collection_computes_no_tensor(pytester: pytest.Pytester, scenes) -> Non
                 return {"input": torch.cat([w, w]) * 2, "weight": w.abs() + 1, "output": Out(torch.empty_like(w))}
     """)
     )
-    result = pytester.runpytest_subprocess("--collect-only", "-s")
+    result = runpytest_forked(pytester, "--collect-only", "-s")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["torch._dynamo imported: False", "*1 test collected*"])
