@@ -44,8 +44,8 @@ class TestDecodeWithHistory(AttentionScene):
         case("b2_split16", requests=((40, 40), (500, 500)), splits=16),
         case("b1_g8_split16", requests=((300, 300),), heads=8, kv_heads=1, splits=16),
         case("b1_d64_split8", requests=((129, 129),), head_dim=64, splits=8),
-        # the second split is one whole tile ending at the new key (sm90: by TMA, after the append)
-        case("b1_split2_new_key_tile", requests=((255, 255),), splits=2),
+        # the last split is one whole tile ending at the new key (sm90: by TMA, after the append)
+        case("b1_split4_new_key_tile", requests=((511, 511),), splits=4),
     ]
 
     def check_batch(self, meta, params):
@@ -100,7 +100,7 @@ class TestKvHeadPairs(AttentionScene):
 
     CASES = [
         case("decode_b4", requests=((37, 37), (64, 64), (15, 15), (300, 300)), pairs=True),
-        case("b1_split2_new_key_tile", requests=((127, 127),), splits=2, pairs=True),  # a 64-key tile
+        case("b1_split4_new_key_tile", requests=((255, 255),), splits=4, pairs=True),  # a 64-key tile
         case("mixed_split4", requests=TestMixed.REQUESTS, splits=4, pairs=True),
         case("g1_d64_shuffled", requests=((12, 0), (1, 40)), heads=4, kv_heads=4, head_dim=64, shuffle_pages=True, pairs=True),
     ]
