@@ -1,7 +1,7 @@
 """``pytester.runpytest_subprocess`` without paying for torch's import in every inner run.
 
 An inner run that needs a process of its own (a task registry of its own, say) used to start a new
-interpreter, whose ``import torch`` took about 1.5 s of the 2 to 5 s such a test takes on the 2-core
+interpreter, whose ``import torch`` took 1.5-1.8 s of the 2 to 5 s such a test takes on the 2-core
 machine. Here the inner pytest runs in a child forked by multiprocessing's fork server, which has
 imported torch once (and nothing of ours: the child imports the runtime and the plugin afresh, under
 the test's environment). The child gets what a subprocess would: the test's environment and working
@@ -14,11 +14,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from _pytest.pathlib import make_numbered_dir
 
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(["torch"])
@@ -31,6 +31,7 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
     sys.path.insert(0, cwd)
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
+    os.close(stdin)
     for fd, path in ((1, out), (2, err)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
@@ -43,7 +44,7 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
 
 def runpytest_forked(pytester: pytest.Pytester, *args: str, timeout: float = 600) -> pytest.RunResult:
     """What ``pytester.runpytest_subprocess(*args)`` returns, from a forked child (see the module)."""
-    base = make_numbered_dir(root=pytester.path, prefix="runpytest-", mode=0o700)
+    base = Path(tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path))
     out, err = base.with_suffix(".out"), base.with_suffix(".err")
     argv = [f"--basetemp={base}", *args]
     env = dict(os.environ)

@@ -1,0 +1,41 @@
+"""The forked inner runs (forked_pytest) see what a subprocess would, and a run past its time is
+stopped."""
+
+from __future__ import annotations
+
+import pytest
+from forked_pytest import runpytest_forked
+
+
+def test_the_child_gets_the_test_s_environment_directory_and_path(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORKED_PYTEST_PROBE", "set by the test")
+    pytester.makepyfile(helper_module="VALUE = 42")
+    pytester.makepyfile(
+        test_probe=f"""
+        import os, sys
+        from pathlib import Path
+
+        def test_probe():
+            import helper_module  # the test's directory is on sys.path
+            assert helper_module.VALUE == 42
+            assert os.environ["FORKED_PYTEST_PROBE"] == "set by the test"
+            assert Path.cwd() == Path({str(pytester.path)!r})
+            assert sys.stdin.read() == ""
+            print("said by the child")
+
+        def test_fails():
+            assert False, "a failure of the inner run"
+        """
+    )
+    result = runpytest_forked(pytester, "-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*said by the child*", "*a failure of the inner run*"])
+
+
+def test_a_run_past_its_time_is_stopped(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_slow="import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    with pytest.raises(pytester.TimeoutExpired, match="ran past 2 s"):
+        runpytest_forked(pytester, timeout=2)
