@@ -46,7 +46,9 @@ rope_tables = find_reference("rope_tables", layer="paged_attention")
 H, HKV, D, PAGE = 32, 8, 128, 64
 # (B, S, grid z, kv heads a task: 2 is grid y = HKV / 2, the two halves of the warps streaming at once).
 # Each grid gives a copy about as many tasks as an H100 or H200 has workers (128 or more of 131), so
-# that the copies run one after another and the per-copy time stays a layer's latency.
+# that the copies run one after another. Not wholly: a copy's last tasks (its merges) overlap the next
+# copy's first, so the per-copy time can differ from one copy's span either way (PERFORMANCE.md,
+# "A split's appended key by TMA": 18.5 µs a copy against a 16.7 µs span at B 1 x 8192).
 DECODE = [(1, 8192, 16, 1), (8, 1024, 2, 1), (8, 8192, 2, 1), (32, 4096, 1, 2), (64, 2048, 1, 2)]
 PREFILL = (4096, 128)  # tokens, grid z: each task 32 new tokens of one kv head, 128 rows, one pass
 BF = torch.bfloat16
