@@ -100,7 +100,7 @@ def cubin_sm(path: Path) -> int:
 
 
 def race_for_module(source: str, barrier, results) -> None:
-    """One process of a build race (a spawned process imports it from here, a module on sys.path):
+    """One process of a build race (a new process imports it from here, a module on sys.path):
     wait for all, ask for the module (a cubin: any kind of build would do), read it, report."""
     import os
 

@@ -272,7 +272,9 @@ def test_write_if_changed_keeps_unchanged_files(tmp_path):
 
 def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     source = noop_source + f"\n// race {uuid.uuid4().hex}\n"  # a key nobody built yet
-    ctx = multiprocessing.get_context("spawn")
+    # Fresh processes that do not each import torch (cpu_helpers does): forked from a server that did.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch"])
     barrier, results = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=race_for_module, args=(source, barrier, results)) for _ in range(4)]
     for p in procs:
