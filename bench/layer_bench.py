@@ -10,7 +10,6 @@ sets in rotation. Bandwidth counts the bytes each copy must move (inputs once, o
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 import mpk_runtime as mpk
 from mpk_runtime.profile.stats import PhaseRow, Row, read_csv, read_phases_csv
 
+import span_phases
 import timing
 
 
@@ -135,8 +135,7 @@ def profiled_runs(
 def span_us(build: Callable[[mpk.PersistentKernel, int], None], launches: int = 20, **params) -> float:
     """One copy's latency inside the megakernel: the median span of launches that hold copy 0 alone
     (a launch's first task's begin to its last task's end, so without the launch's fixed cost)."""
-    runs = profiled_runs(build, launches, **params)
-    return statistics.median((max(r.end_ns for r in rows) - min(r.begin_ns for r in rows)) / 1e3 for rows, _ in runs)
+    return span_phases.span_phases(profiled_runs(build, launches, **params))["span_us"]
 
 
 def side_by_side(tasks: int, workers: int) -> int:

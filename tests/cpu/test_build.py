@@ -5,7 +5,6 @@ and device-only ones), damaged entries, nvcc errors, and many processes asking f
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cpu_helpers import cubin_sm, race_for_module
+from forked_pytest import torch_forkserver
 
 from mpk_runtime import resources
 from mpk_runtime.build import artifacts, cache_fs
@@ -272,9 +272,7 @@ def test_write_if_changed_keeps_unchanged_files(tmp_path):
 
 def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     source = noop_source + f"\n// race {uuid.uuid4().hex}\n"  # a key nobody built yet
-    # Fresh processes that do not each import torch (cpu_helpers does): forked from a server that did.
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch"])
+    ctx = torch_forkserver  # race_for_module's module imports torch: the server did, once
     barrier, results = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=race_for_module, args=(source, barrier, results)) for _ in range(4)]
     for p in procs:

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-_context = multiprocessing.get_context("forkserver")
-_context.set_forkserver_preload(["torch"])
+# Fresh processes that do not each import torch: these inner runs, and the build race in test_build.py.
+torch_forkserver = multiprocessing.get_context("forkserver")
+torch_forkserver.set_forkserver_preload(["torch"])
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
@@ -50,7 +51,7 @@ def runpytest_forked(pytester: pytest.Pytester, *args: str, timeout: float = 600
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
     start = time.time()
-    child = _context.Process(target=_child, args=(argv, os.getcwd(), env, str(out), str(err)))
+    child = torch_forkserver.Process(target=_child, args=(argv, os.getcwd(), env, str(out), str(err)))
     child.start()
     child.join(timeout)
     if child.is_alive():
