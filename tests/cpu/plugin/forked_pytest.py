@@ -21,8 +21,11 @@ from pathlib import Path
 import pytest
 
 # Fresh processes that do not each import torch: these inner runs, and the build race in test_build.py.
+# torch.distributed.tensor too: torch.testing.assert_close imports it at its first call (0.6 s on the
+# 2-core machine, in every inner run that compares an output). A module missing from a torch build is
+# skipped by the server.
 torch_forkserver = multiprocessing.get_context("forkserver")
-torch_forkserver.set_forkserver_preload(["torch"])
+torch_forkserver.set_forkserver_preload(["torch", "torch.distributed.tensor"])
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
