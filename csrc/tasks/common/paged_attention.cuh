@@ -62,8 +62,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kModeAll = 0, kModeKeys = 1, kModeTokens = 2;
 constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads in flight together)
 // The same for keys computed from the input into a tile: two rounds of loads a 128-key tile at 8
-// warps instead of four (a 4096-token prefill on an H200: 2.2 ms with 4, 1.9 ms with 8). 8 rows fit
-// in the registers because norm_rope_rows holds them as loaded.
+// warps instead of four. 8 rows fit in the registers because norm_rope_rows holds them as loaded
+// (as floats they spilled). A 4096-token prefill on an H200: 2.2 ms with 4 rows held as floats,
+// 1.9 ms with 8 held as loaded (the two changes were not timed apart).
 constexpr int kKeyRowBatch = 8;
 // Runtime::mark's phases (tasks/paged_attention.py names them): each pass marks the first four.
 constexpr int kPhaseRequested = 0, kPhaseQ = 1, kPhaseKeys = 2, kPhaseRows = 3, kPhaseCounted = 4;
