@@ -1,4 +1,5 @@
-"""``pytester.runpytest_subprocess`` without paying for torch's import in every inner run.
+"""``pytester.runpytest_subprocess`` (and ``pytester.run(python, script)``) without paying for torch's
+import in every inner run.
 
 An inner run that needs a process of its own (a task registry of its own, say) used to start a new
 interpreter, whose ``import torch`` took 1.5-1.8 s of the 2 to 5 s such a test takes on the 2-core
@@ -6,13 +7,16 @@ machine. Here the inner pytest runs in a child forked by multiprocessing's fork 
 imported torch once (and nothing of ours: the child imports the runtime and the plugin afresh, under
 the test's environment). The child gets what a subprocess would: the test's environment and working
 directory, that directory first on ``sys.path`` (pytester puts it on PYTHONPATH), no stdin, and its
-stdout and stderr in files, read back into the ``RunResult``.
+stdout and stderr in files, read back into the ``RunResult``. A script (``run_script_forked``) runs as
+``__main__`` with its arguments in ``sys.argv``. The child leaves through ``os._exit`` after the run,
+as multiprocessing's children do: a test of what happens at interpreter exit needs a real process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import runpy
 import sys
 import tempfile
 import time
@@ -28,7 +32,7 @@ torch_forkserver = multiprocessing.get_context("forkserver")
 torch_forkserver.set_forkserver_preload(["torch", "torch.distributed.tensor"])
 
 
-def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, script: str | None) -> None:
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -40,26 +44,47 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
         os.close(target)
-    code = pytest.main(args)
+    try:
+        if script is None:
+            code = int(pytest.main(args))
+        else:
+            sys.argv = [script, *args]
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+    except SystemExit as exited:  # as the interpreter does: None is 0, an int itself, else printed and 1
+        code = exited.code if isinstance(exited.code, int) else int(exited.code is not None)
+        if exited.code is not None and not isinstance(exited.code, int):
+            print(exited.code, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    sys.exit(int(code))
+    sys.exit(code)
 
 
-def runpytest_forked(pytester: pytest.Pytester, *args: str, timeout: float = 600) -> pytest.RunResult:
-    """What ``pytester.runpytest_subprocess(*args)`` returns, from a forked child (see the module)."""
+def _run_forked(pytester: pytest.Pytester, args: list[str], script: str | None, timeout: float) -> pytest.RunResult:
     base = Path(tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path))
     out, err = base.with_suffix(".out"), base.with_suffix(".err")
-    argv = [f"--basetemp={base}", *args]
+    if script is None:
+        args = [f"--basetemp={base}", *args]
+    what = f"inner pytest {args}" if script is None else f"script {script} {args}"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
     start = time.time()
-    child = torch_forkserver.Process(target=_child, args=(argv, os.getcwd(), env, str(out), str(err)))
+    child = torch_forkserver.Process(target=_child, args=(args, os.getcwd(), env, str(out), str(err), script))
     child.start()
     child.join(timeout)
     if child.is_alive():
         child.kill()
         child.join()
-        raise pytester.TimeoutExpired(f"inner pytest {argv} ran past {timeout} s")
+        raise pytester.TimeoutExpired(f"{what} ran past {timeout} s")
     lines = [Path(path).read_text(errors="replace").splitlines() for path in (out, err)]
     return pytest.RunResult(child.exitcode, lines[0], lines[1], time.time() - start)
+
+
+def runpytest_forked(pytester: pytest.Pytester, *args: str, timeout: float = 600) -> pytest.RunResult:
+    """What ``pytester.runpytest_subprocess(*args)`` returns, from a forked child (see the module)."""
+    return _run_forked(pytester, list(args), None, timeout)
+
+
+def run_script_forked(pytester: pytest.Pytester, script: str, *args: str, timeout: float = 600) -> pytest.RunResult:
+    """What ``pytester.run(sys.executable, script, *args)`` returns, from a forked child (see the module)."""
+    return _run_forked(pytester, list(args), script, timeout)

@@ -1,10 +1,10 @@
 """The forked inner runs (forked_pytest) see what a subprocess would, and a run past its time is
-stopped."""
+stopped; a forked script exits as the interpreter would."""
 
 from __future__ import annotations
 
 import pytest
-from forked_pytest import runpytest_forked
+from forked_pytest import run_script_forked, runpytest_forked
 
 
 def test_the_child_gets_the_test_s_environment_directory_and_path(
@@ -39,3 +39,21 @@ def test_a_run_past_its_time_is_stopped(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_slow="import time\n\ndef test_slow():\n    time.sleep(60)\n")
     with pytest.raises(pytester.TimeoutExpired, match="ran past 2 s"):
         runpytest_forked(pytester, timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("ending", "status", "said"),
+    [("pass", 0, None), ("sys.exit(3)", 3, None), ("sys.exit('no model given')", 1, "no model given")],
+)
+def test_a_script_runs_as_main_with_its_arguments(pytester: pytest.Pytester, ending: str, status: int, said: str | None) -> None:
+    pytester.makepyfile(helper_module="VALUE = 42")
+    pytester.path.joinpath("script.py").write_text(
+        "import sys\n"
+        "import helper_module  # the test's directory is on sys.path\n"
+        "print(__name__, sys.argv, helper_module.VALUE)\n"
+        f"{ending}\n"
+    )
+    result = run_script_forked(pytester, "script.py", "--flag", "value")
+    assert result.ret == status
+    assert result.outlines == ["__main__ ['script.py', '--flag', 'value'] 42"]
+    assert result.errlines == ([said] if said else [])

@@ -1,11 +1,13 @@
 """``SceneTestCase.run_module(__name__)``: a scene file run as a script (``python test_x.py``) is
-run by pytest with the mpk plugin and the script's arguments, and exits with pytest's status."""
+run by pytest with the mpk plugin and the script's arguments, and exits with pytest's status.
+
+The scripts run in children of the fork server (forked_pytest), as ``__main__``;
+test_plugin_usage.py runs one in a fresh interpreter."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
+from forked_pytest import run_script_forked
 
 SCENE = """
 from pytest_mpk import Case, SceneTestCase, scene_test
@@ -49,13 +51,13 @@ if __name__ == "__main__":
 )
 def test_script_runs_the_selected_case(pytester: pytest.Pytester, scenes, case: str, status: int, lines: list[str]) -> None:
     pytester.makepyfile(test_scene=SCENE)
-    result = pytester.run(sys.executable, "test_scene.py", "--arch", "sm90", "--mpk-case", f"TestNorm::{case}", "-v", timeout=300)
+    result = run_script_forked(pytester, "test_scene.py", "--arch", "sm90", "--mpk-case", f"TestNorm::{case}", "-v", timeout=300)
     assert result.ret == status
     result.stdout.fnmatch_lines(lines)
 
 
 def test_script_arguments_are_validated_like_pytest_s(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=SCENE)
-    result = pytester.run(sys.executable, "test_scene.py", "--mpk-case", "TestNorm::god", timeout=300)
+    result = run_script_forked(pytester, "test_scene.py", "--mpk-case", "TestNorm::god", timeout=300)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --mpk-case TestNorm::god: no such scene case; did you mean TestNorm::good*"])
