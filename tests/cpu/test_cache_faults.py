@@ -123,6 +123,26 @@ def test_a_damaged_device_only_entry_is_rebuilt(cache, damage):
     assert build.entry_is_valid(entry, filename=build.CUBIN) and build.build_module(SOURCE, "sm80", "faulty").cached
 
 
+def test_a_module_s_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    """Every load checks the module's sha256. A file changed in the last second (RACY_NS) is hashed at
+    every check; an older one once a process, until a write gives it a new ctime (the same size
+    here, so only its times tell)."""
+    module = tmp_path / "module.so"
+    module.write_bytes(b"a" * 64)
+    hashed = []
+    real = cache_fs.hashlib.sha256
+    monkeypatch.setattr(cache_fs.hashlib, "sha256", lambda data: hashed.append(len(data)) or real(data))
+    first = cache_fs.sha256(module)
+    assert cache_fs.sha256(module) == first == real(b"a" * 64).hexdigest() and hashed == [64, 64]
+    monkeypatch.setattr(cache_fs, "RACY_NS", -(10**12))  # as if its last write were long ago
+    assert cache_fs.sha256(module) == first and cache_fs.sha256(module) == first and hashed == [64, 64, 64]
+    before = os.stat(module).st_ctime_ns
+    while os.stat(module).st_ctime_ns == before:  # a write in a later tick of the file system's clock
+        time.sleep(0.01)
+        module.write_bytes(b"b" * 64)
+    assert cache_fs.sha256(module) == real(b"b" * 64).hexdigest() and hashed == [64, 64, 64, 64]
+
+
 def test_a_link_to_a_sound_entry_is_not_trusted(cache, tmp_path):
     entry = first_build(cache).entry
     elsewhere = tmp_path / "elsewhere"
