@@ -44,20 +44,12 @@ def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, s
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)
         os.close(target)
-    try:
-        if script is None:
-            code = int(pytest.main(args))
-        else:
-            sys.argv = [script, *args]
-            runpy.run_path(script, run_name="__main__")
-            code = 0
-    except SystemExit as exited:  # as the interpreter does: None is 0, an int itself, else printed and 1
-        code = exited.code if isinstance(exited.code, int) else int(exited.code is not None)
-        if exited.code is not None and not isinstance(exited.code, int):
-            print(exited.code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sys.exit(code)
+    # A SystemExit leaves the child as it leaves the interpreter (multiprocessing maps its code the
+    # same way: None 0, an int itself, anything else printed and 1), and the streams are flushed.
+    if script is None:
+        sys.exit(int(pytest.main(args)))
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
 
 
 def _run_forked(pytester: pytest.Pytester, args: list[str], script: str | None, timeout: float) -> pytest.RunResult:
