@@ -22,12 +22,15 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def program(bench, request):
+def program(bench, request, tmp_path_factory):
     """The built program, from pytest's cache when its sources and the toolkit are the same (both
-    xdist workers may ask at once: one builds, under a lock, and the other finds it)."""
+    xdist workers may ask at once: one builds, under a lock, and the other finds it). Without the
+    cache (``-p no:cacheprovider``) it is built in this session's temporary directory."""
     sources = [Path(bench.SOURCE), Path(bench.SOURCE).with_name("cuda_check.h")]  # the program and what it includes
     key = hashlib.sha256(cuda_version().encode() + b"".join(p.read_bytes() for p in sources))
-    where = Path(request.config.cache.mkdir(f"decode_ceiling-{key.hexdigest()[:16]}"))
+    name = f"decode_ceiling-{key.hexdigest()[:16]}"
+    cache = getattr(request.config, "cache", None)
+    where = Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
     exe = where / "decode_ceiling"
     with FileLock(str(where / "build.lock")):
         if not exe.is_file():
