@@ -341,3 +341,26 @@ def test_one_precompiled_shim_serves_every_include_directory(mpk_cache_dir, tmp_
     if pchs == {None}:
         pytest.skip("the compiler is not GCC: no precompiled shim")
     assert len(pchs) == 1 and Path(f"{pchs.pop()}.gch").is_file()
+
+
+def test_one_entry_common_object_serves_every_module_unless_a_header_stands_in(mpk_cache_dir, tmp_path):
+    """The part of the emulator's C entry that is the same in every module (emulation/entry_common.cpp)
+    is built once per set of flags, whatever a test's own include directory, unless that directory
+    holds a header the object includes: then the object is built with it."""
+    from mpk_runtime import archs
+    from mpk_runtime.build import host
+
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    (c / "runtime").mkdir()
+    planner = resources.CSRC / "runtime" / "prepare_next_batch.cuh"
+    (c / "runtime" / planner.name).write_text(planner.read_text() + "\n// a test's own copy\n")
+
+    def common(d: Path) -> Path:
+        flags = [*host.base_flags([d]), "-O1", *archs.ARCHS["sm90"].host_flags]
+        dirs = [d, resources.CSRC]
+        return host.entry_common(flags, dirs, host.shim_pch(flags, dirs))
+
+    assert common(a) == common(b) and common(a).is_file()
+    assert common(c) != common(a) and common(c).is_file()
