@@ -164,6 +164,21 @@ def token_dim(task: str, arg: str) -> int | None:
     return registry.get(task).token_dims.get(arg)
 
 
+def source_of(pk: Any) -> str:
+    """The generated source that compile() of ``pk``'s graph builds."""
+    from .frontend.lowering import lower
+
+    return lower(pk._graph, pk.params, pk.arch)[0]
+
+
+def build_cubins(sources: list[str], arch: str) -> list[str]:
+    """The device-only builds of ``sources`` for ``arch`` that the cache lacks, several in one nvcc
+    run (build/cubin_batch.py): the names of the entries built. What it leaves out, each case builds."""
+    from .build.cubin_batch import build_cubins as batched
+
+    return batched(sources, arch)
+
+
 def build_for(pk: Any, on_gpu: bool) -> Any:
     """The nvcc build (a BuildResult) that compile() of ``pk``'s graph makes for a kernel on the GPU
     (``on_gpu``: the shared library) or off it (the cubin), without compiling ``pk``: a compile-only
@@ -176,7 +191,9 @@ def build_for(pk: Any, on_gpu: bool) -> Any:
 
 
 __all__ = [
+    "build_cubins",
     "build_for",
+    "source_of",
     "first_batch_meta",
     "model_batches",
     "ARCH_NAMES",

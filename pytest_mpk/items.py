@@ -329,6 +329,8 @@ class _SceneItem(pytest.Item):
             raise
         finally:
             self._notes.update(dict.fromkeys(setup.notes))
+            if setup.built_module:
+                _prebuild_when_cold(self, mpk, setup)
             lost = mpk.after_gpu_case(self, setup.backend)
             if lost:
                 self._notes[lost] = None
@@ -402,6 +404,33 @@ def _prebuild_cases(item: _SceneItem, mpk) -> None:
     built = prebuild(work, mpk.build_jobs())
     if built:
         item._notes[f"{built} modules of the session's cases built together before they ran"] = None
+
+
+def _prebuild_when_cold(item: _SceneItem, mpk, setup) -> None:
+    """Under pytest-xdist, where no session prebuild runs: the first case of a worker that had to
+    build its cubin found the cache cold, so the cubins of every selected case not run on a GPU are
+    built now, several to an nvcc run: this worker's share (every n-th case) first, then the
+    others' that nobody has built or is building (the build locks say). A warm run never gets here."""
+    from . import devices
+    from .prebuild import prebuild
+
+    worker = getattr(item.config, "workerinput", None)
+    if worker is None or setup.backend == devices.GPU or mpk.replay or mpk.cases_prebuilt:
+        return
+    mpk.cases_prebuilt = True
+    index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
+    cases = [i for i in item.session.items if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None]
+    work = []
+    for i in cases[index::count] + [c for n, c in enumerate(cases) if n % count != index]:
+        try:
+            setup_i = i._setup(mpk)
+        except Exception:  # noqa: BLE001 - the case's own run reports it
+            continue
+        if setup_i.backend != devices.GPU:
+            work.append((i.scene_class.cls(), i.params, setup_i))
+    built = prebuild(work, mpk.build_jobs())
+    if built:
+        item._notes[f"{built} modules of the session's cases built together after the cache was found cold"] = None
 
 
 class CaseItem(_SceneItem):

@@ -45,6 +45,7 @@ class Setup:
     warp_jitter: bool = True  # off with --mpk-no-warp-jitter
     relaunch: bool = True  # a second launch on the same inputs (relaunch.py); off with --mpk-one-launch
     notes: list[str] = field(default_factory=list)  # lines for the item's report
+    built_module: bool = False  # the case's own nvcc build missed the cache: it is cold for this case
 
 
 class SceneFailure(AssertionError):
@@ -201,6 +202,7 @@ def _run_case(
         built_before = entry in PREBUILT
         cache_note = PREBUILT.pop(entry, None) if built_before else pk.build_result.note
         setup.notes.append(f"module {'from the cache' if pk.build_result.cached and not built_before else 'built'}: {entry}")
+        setup.built_module = not pk.build_result.cached
         if pk.params.fitted:
             fitted = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in pk.params.fitted.items())
             setup.notes.append(f"kernel params fitted to the default prompt: {fitted}")

@@ -87,7 +87,7 @@ class MpkSession:
         self.sanitize: str | None = None if os.environ.get(sanitize.CHILD) else opt.mpk_sanitize
         self.sanitizer = sanitize.check_usable(self.sanitize, devices.visible_gpus()) if self.sanitize else None
         # The quick sweep unless more examples, or a Hypothesis profile, were asked for on the command line.
-        self.cases_prebuilt = False  # items.py builds every case's module before the first runs
+        self.cases_prebuilt = False  # items.py builds every case's module before the first runs (xdist: when cold)
         self.quick_sweeps: bool = self.sweep_examples is None and config.getoption("hypothesis_profile", None) is None
         self.backends: Counter[str] = Counter()
         self._archs: list[str] | None = None

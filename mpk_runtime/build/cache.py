@@ -118,10 +118,10 @@ def build_module(
     ``source_file``: where ``source`` is the user's to edit (a replayed test_rank<r>.cu), which a
     build error's file:line references then name; else they name a copy kept under the cache."""
     if device_only:
-        _check_scheduler(arch)
+        check_scheduler(arch)
     key = cache_key(source, arch, python_extension, device_only)
-    name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"  # stays inside the cache
-    entry = cache_root() / "modules" / f"{name}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
+    name = safe_name(name)
+    entry = entry_path(name, arch, key, device_only)
     filename = CUBIN if device_only else MODULE
 
     def make(tmp: Path) -> None:
@@ -139,6 +139,16 @@ def build_module(
     return publish(entry, key, filename, record, make)
 
 
+def safe_name(name: str) -> str:
+    """A module name as its cache entry's name begins: readable, and staying inside the cache."""
+    return re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"
+
+
+def entry_path(name: str, arch: str, key: str, device_only: bool = False) -> Path:
+    """Where the module ``name`` of ``key`` lives in the cache."""
+    return cache_root() / "modules" / f"{safe_name(name)}-{arch}{'-cubin' if device_only else ''}-{key[:16]}"
+
+
 def naming_kept_source(error: BuildError, built: Path, source: str, name: str) -> BuildError:
     """``error`` of a compiler that refused ``source`` (built as ``built``, in a build directory that
     is removed), its file:line references pointing at a copy that stays instead:
@@ -153,7 +163,7 @@ def naming_kept_source(error: BuildError, built: Path, source: str, name: str) -
     return BuildError(str(error).replace(str(built), str(kept)))
 
 
-def _check_scheduler(arch: str) -> None:
+def check_scheduler(arch: str) -> None:
     """A device-only module leaves out the scheduler (runtime/persistent_kernel.cuh), which does not
     depend on the graph: compiled here instead, once per arch and cache (and again when a header it
     includes changes), so that a compile-only or emulated run still proves it builds for the arch."""
@@ -193,13 +203,16 @@ def publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[
         note = "; ".join(notes) or None
         if note:
             log.warning("mpk build cache: %s", note)
-        cached = _build_and_publish(entry, key, filename, record, make)
+        cached = build_and_publish(entry, key, filename, record, make)
     return BuildResult(entry / filename, entry, key, cached, time.perf_counter() - start, note)
 
 
-def _build_and_publish(entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None]) -> bool:
+def build_and_publish(
+    entry: Path, key: str, filename: str, record: dict, make: Callable[[Path], None], seconds: float | None = None
+) -> bool:
     """Build into a temporary directory and rename it to ``entry``. True when another process
-    published a sound entry first (that one is used, ours dropped)."""
+    published a sound entry first (that one is used, ours dropped). ``seconds``: the build's share of
+    a compile made for several entries at once (cubin_batch.py), recorded in place of ``make``'s time."""
     modules = entry.parent
     tmp = cache_fs.temp_dir(modules, entry.name)
     try:
@@ -211,7 +224,7 @@ def _build_and_publish(entry: Path, key: str, filename: str, record: dict, make:
             "module_sha256": cache_fs.sha256(tmp / filename),
             "built_by_pid": os.getpid(),
             "built_at": time.time(),
-            "build_seconds": round(time.perf_counter() - start, 3),
+            "build_seconds": round(time.perf_counter() - start if seconds is None else seconds, 3),
         }
         with fs_errors("write the build's files in", tmp):
             (tmp / RECORD).write_text(json.dumps(full, indent=1))

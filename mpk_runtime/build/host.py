@@ -238,7 +238,7 @@ def build_host_module(
     headers = included(f'#include "{SHIM}"\n#include "emulation/entry_common.cpp"\n' + source, dirs)
     parts = [f"abi={contract.ABI_VERSION}", cxx_version(cxx()), cuda_version(), _portable(flags), archive.parent.name, source]
     key = _key(parts, headers)
-    name = re.sub(r"[^A-Za-z0-9_+.-]", "", name).lstrip(".")[:80] or "module"
+    name = build_cache.safe_name(name)
     entry = build_cache.cache_root() / "modules" / f"{name}-host-{arch}{'-race' if race_check else ''}-{key[:16]}"
 
     def make(tmp: Path) -> None:

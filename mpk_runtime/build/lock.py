@@ -100,9 +100,36 @@ def build_lock(path: Path, timeout: float, announce: Callable[[str], object]) ->
         yield outcome
     finally:
         if outcome.held:
-            with contextlib.suppress(OSError):
-                holder_file.unlink()  # before the release: the next holder writes its own after acquiring
+            _forget_holder(holder_file)  # before the release: the next holder writes its own after acquiring
             lock.release()
+
+
+@contextlib.contextmanager
+def free_locks(paths: list[Path]) -> Iterator[list[Path]]:
+    """The locks of ``paths`` that no process holds now, taken at once (no waiting) and held for the
+    ``with`` body: a batch build takes the entries nobody else is building and leaves the others to
+    their holders."""
+    with contextlib.ExitStack() as stack:
+        held = []
+        for path in paths:
+            lock = FileLock(str(path), is_singleton=False)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            except OSError as e:
+                raise fs_error(e, "open the build lock", path) from None
+            holder_file = path.with_name(path.name + ".holder")
+            _write_holder(holder_file)
+            stack.callback(lock.release)
+            stack.callback(_forget_holder, holder_file)  # runs first: before the release, as in build_lock
+            held.append(path)
+        yield held
+
+
+def _forget_holder(holder_file: Path) -> None:
+    with contextlib.suppress(OSError):
+        holder_file.unlink()
 
 
 def _acquire(lock: FileLock, path: Path, holder_file: Path, timeout: float, announce: Callable[[str], object]) -> Outcome:

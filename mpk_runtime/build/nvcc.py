@@ -13,7 +13,9 @@ optimized build takes longer still. The cubins are a quarter of the size on disk
 only what depends on the graph (``MPK_DEVICE_ONLY``, runtime/persistent_kernel.cuh): the workers
 with the task bodies, in one instantiation, not the two a launch needs (2.8 s where two took 4.8 s
 for the tiny model, 0.7 s where 0.9 s for a lone silu_mul); the scheduler, the same in every
-module, is compiled once per arch and cache instead (cache.py, ``scheduler-check``)."""
+module, is compiled once per arch and cache instead (cache.py, ``scheduler-check``). What is left
+of a small module's build is mostly nvcc's own (the CUDA headers, preprocessed and parsed), so a
+cold run builds its cubins several modules to one nvcc run (cubin_batch.py)."""
 
 from __future__ import annotations
 

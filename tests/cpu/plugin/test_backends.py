@@ -121,20 +121,23 @@ def test_compile_only_and_emulated_cases_share_one_device_only_build(pytester: p
 @pytest.mark.parametrize(("backend", "on_gpu"), [(devices.GPU, True), (devices.EMULATED, False), (devices.COMPILED, False)])
 def test_the_prebuild_builds_what_the_backend_loads(monkeypatch, tmp_path, backend: str, on_gpu: bool) -> None:
     """A session's prebuild makes each case's graph in a compile-only kernel (no GPU needed), but
-    builds it as the case's backend will: the shared library for the GPU, the cubin elsewhere."""
+    builds it as the case's backend will: the shared library for the GPU, the cubin elsewhere (the
+    cubins of all the cases of an arch together, in batches: build/cubin_batch.py)."""
 
     class Norm(SceneTestCase):
         def generate_args(self, params):
-            return {"x": torch.randn(2, 256), "w": torch.randn(256), "y": Out(torch.empty(2, 256))}
+            h = params["hidden"]
+            return {"x": torch.randn(2, h), "w": torch.randn(h), "y": Out(torch.empty(2, h))}
 
         def build(self, pk, t, params):
             pk.rmsnorm_layer(input=t.x, weight=t.w, output=t.y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
 
     asked = []
     monkeypatch.setattr(harness, "build_for", lambda pk, on_gpu: asked.append((pk.backend, pk.arch, on_gpu)) or CACHED)
+    monkeypatch.setattr(harness, "build_cubins", lambda sources, arch: asked.append((arch, len(sources))) or [])
     setup = Setup(arch="sm90", backend=backend, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
-    assert prebuild([(Norm(), {}, setup)], jobs=1) == 0
-    assert asked == [("compile-only", "sm90", on_gpu)]
+    assert prebuild([(Norm(), {"hidden": 256}, setup), (Norm(), {"hidden": 512}, setup)], jobs=1) == 0
+    assert asked == ([("compile-only", "sm90", True)] * 2 if on_gpu else [("sm90", 2)])
 
 
 def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None:

@@ -3,17 +3,44 @@ cases spread over the workers, and the backends of every worker's cases in the c
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pytest_mpk import plugin
 
 
-def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch) -> None:
+def cache_without_modules(root: Path, shared: Path) -> Path:
+    """A build cache at ``root`` that holds what every emulated run shares (the emulator's runtime,
+    the precompiled shim, the scheduler's check), linked from the session's cache ``shared``, and no
+    module: cold for the cases of a run, without a minute of building what they all need."""
+    (root / "modules").mkdir(parents=True)
+    for entry in (shared / "modules").iterdir():
+        if entry.name.startswith(("emulation-", "scheduler-check-")) and entry.is_dir():
+            shutil.copytree(entry, root / "modules" / entry.name, copy_function=_link_or_copy)
+    return root
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def test_scenes_in_two_workers(
+    pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch, mpk_cache_dir: Path, tmp_path: Path
+) -> None:
+    """Cases spread over the workers; on a cold cache the first case of each worker that builds its
+    cubin has the cubins of the session's cases built together, several to an nvcc run."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,7")  # what the workers are pinned to; the cases are emulated
+    cold = cache_without_modules(tmp_path / "cold", mpk_cache_dir)
+    monkeypatch.setenv("MPK_CACHE_DIR", str(cold))
     pytester.makepyfile(
         test_scene="""
             from pytest_mpk import Case, scene_test
@@ -21,7 +48,7 @@ def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: p
 
             @scene_test(layer="rmsnorm")
             class TestNorm(NormScene):
-                CASES = [Case(name, batch=2, hidden=256) for name in ("a", "b", "c", "d", "e", "f")]
+                CASES = [Case(name, batch=2, hidden=256 + 64 * n) for n, name in enumerate("abcdef")]
         """,
         test_pinning="""
             import os
@@ -32,12 +59,17 @@ def test_scenes_in_two_workers(pytester: pytest.Pytester, scenes, monkeypatch: p
         """,
     )
     result = pytester.runpytest_subprocess(
-        "-p", "mpk", "-n", "2", "-v", "--arch", "sm90", "--mpk-backend", "emulate", timeout=300
+        "-p", "mpk", "-n", "2", "-v", "-rA", "--arch", "sm90", "--mpk-backend", "emulate", timeout=300
     )
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
     result.stdout.fnmatch_lines(["*[[]gw1[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
     result.stdout.fnmatch_lines(["*- mpk backends: 6 emulated (CUDA bodies on the CPU) -*"])
+    result.stdout.fnmatch_lines(["*modules of the session's cases built together after the cache was found cold"])
+    batched = [
+        r for r in (cold / "modules").glob("rmsnorm_fp32_*-sm90-cubin-*/build.json") if "batch" in json.loads(r.read_text())
+    ]
+    assert len(batched) >= 2, sorted(p.parent.name for p in (cold / "modules").glob("*/build.json"))
 
 
 @pytest.mark.parametrize(("visible", "workers"), [("0,1,2", 3), ("5", 1), ("", None), ("-1", None)])
