@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -134,3 +135,21 @@ def patched_copy(source: Path, prefix: str, old: str = "", new: str = "", relati
         assert text.count(old) == 1, f"{source} no longer holds {old!r}; update this test"
         text = text.replace(old, new)
     return fixed_copy(prefix, relative or source.name, text)
+
+
+def cache_without_modules(root: Path, shared: Path) -> Path:
+    """A build cache at ``root`` that holds what every emulated run shares (the emulator's runtime,
+    the precompiled shim, the scheduler's check), linked from the session's cache ``shared``, and no
+    module: cold for the cases of a run, without a minute of building what they all need."""
+    (root / "modules").mkdir(parents=True)
+    for entry in (shared / "modules").iterdir():
+        if entry.name.startswith(("emulation-", "scheduler-check-")) and entry.is_dir():
+            shutil.copytree(entry, root / "modules" / entry.name, copy_function=_link_or_copy)
+    return root
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

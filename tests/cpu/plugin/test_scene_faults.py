@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cpu_helpers import cache_without_modules
 
 from pytest_mpk import Case
 from pytest_mpk.compare import check
@@ -186,11 +187,12 @@ def test_a_rebuilt_cache_entry_is_noted_in_the_report(pytester: pytest.Pytester,
     )
     result = pytester.runpytest_inprocess("-rA")
     name = next(line.split(": ")[1] for line in result.stdout.lines if line.startswith("module from the cache: "))
-    private, shared = tmp_path / "private", Path(os.environ["MPK_CACHE_DIR"]) / "modules"
+    shared = Path(os.environ["MPK_CACHE_DIR"])
     # The damaged entry, beside sound copies of the other builds the case needs (the nvcc module, the
-    # emulator's runtime archive, the module's host build): only the damaged entry is rebuilt.
+    # emulator's shared builds, the module's host build): only the damaged entry is rebuilt.
+    private = cache_without_modules(tmp_path / "private", shared)
     stem = name.rsplit("-", 3)[0]  # <stem>-sm90-cubin-<key>: an emulated case builds the device code only
-    for entry in [shared / name, *shared.glob("emulation-runtime-*"), *shared.glob(f"{glob.escape(stem)}-host-*")]:
+    for entry in [shared / "modules" / name, *(shared / "modules").glob(f"{glob.escape(stem)}-host-*")]:
         if entry.is_dir():
             shutil.copytree(entry, private / "modules" / entry.name)
     if damaged == "host module":

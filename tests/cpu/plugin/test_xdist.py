@@ -5,40 +5,30 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cpu_helpers import cache_without_modules
 
 from pytest_mpk import plugin
 
 
-def cache_without_modules(root: Path, shared: Path) -> Path:
-    """A build cache at ``root`` that holds what every emulated run shares (the emulator's runtime,
-    the precompiled shim, the scheduler's check), linked from the session's cache ``shared``, and no
-    module: cold for the cases of a run, without a minute of building what they all need."""
-    (root / "modules").mkdir(parents=True)
-    for entry in (shared / "modules").iterdir():
-        if entry.name.startswith(("emulation-", "scheduler-check-")) and entry.is_dir():
-            shutil.copytree(entry, root / "modules" / entry.name, copy_function=_link_or_copy)
-    return root
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def test_scenes_in_two_workers(
+def test_two_workers(
     pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch, mpk_cache_dir: Path, tmp_path: Path
 ) -> None:
-    """Cases spread over the workers; on a cold cache the first case of each worker that builds its
-    cubin has the cubins of the session's cases built together, several to an nvcc run."""
+    """One session of two workers (each costs a torch import), for what xdist changes:
+    - each worker is pinned to its GPU before anything starts CUDA;
+    - each torch pool gets half of the usable cores (at least one thread), and so do the processes a
+      worker starts (test_cpu_share.py: an OMP_NUM_THREADS of the user's is kept);
+    - scene cases spread over the workers; on a cold cache the first case of each worker that builds
+      its cubin has the cubins of the session's cases built together, several to an nvcc run."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,7")  # what the workers are pinned to; the cases are emulated
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # this suite's own worker has set it
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    ask = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]  # torch may cap it at the cores
+    pool = subprocess.run(ask, env={**os.environ, "OMP_NUM_THREADS": threads}, capture_output=True, text=True, check=True)
     cold = cache_without_modules(tmp_path / "cold", mpk_cache_dir)
     monkeypatch.setenv("MPK_CACHE_DIR", str(cold))
     pytester.makepyfile(
@@ -57,11 +47,26 @@ def test_scenes_in_two_workers(
                 worker = os.environ["PYTEST_XDIST_WORKER"]
                 assert os.environ["CUDA_VISIBLE_DEVICES"] == {"gw0": "4", "gw1": "7"}[worker]
         """,
+        test_threads=f"""
+            import os
+            import subprocess
+
+            import pytest
+            import torch
+
+            @pytest.mark.parametrize("i", range(2))
+            def test_threads(i):
+                assert os.environ["OMP_NUM_THREADS"] == "{threads}"
+                assert torch.get_num_threads() == {int(pool.stdout)}
+                if i == 0:  # one child is enough: each starts a torch of its own, a second or so
+                    child = subprocess.run({ask!r}, capture_output=True, text=True, check=True)
+                    assert int(child.stdout) == {int(pool.stdout)}
+        """,
     )
     result = pytester.runpytest_subprocess(
         "-p", "mpk", "-n", "2", "-v", "-rA", "--arch", "sm90", "--mpk-backend", "emulate", timeout=300
     )
-    result.assert_outcomes(passed=7)
+    result.assert_outcomes(passed=9)
     result.stdout.fnmatch_lines(["*[[]gw0[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
     result.stdout.fnmatch_lines(["*[[]gw1[]]*PASSED [[]emulated (CUDA bodies on the CPU)[]] test_scene.py::TestNorm::*"])
     result.stdout.fnmatch_lines(["*- mpk backends: 6 emulated (CUDA bodies on the CPU) -*"])
@@ -101,32 +106,3 @@ def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["created: 3/3 workers"])
     seen = {tuple(line.split()[1:]) for line in result.stdout.lines if line.startswith("WHERE ")}
     assert seen <= {("gw0", "0"), ("gw1", "1"), ("gw2", "2")} and {w for w, _ in seen} >= {"gw0"}, seen
-
-
-def test_workers_share_the_cores_among_their_torch_pools(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two workers: each torch pool gets half of the usable cores (at least one thread), and so do the
-    processes a worker starts (test_cpu_share.py: an OMP_NUM_THREADS of the user's is kept)."""
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # this suite's own worker has set it
-    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
-    ask = [sys.executable, "-c", "import torch; print(torch.get_num_threads())"]  # torch may cap it at the cores
-    pool = subprocess.run(ask, env={**os.environ, "OMP_NUM_THREADS": threads}, capture_output=True, text=True, check=True)
-    pytester.makepyfile(
-        test_threads=f"""
-        import os
-        import subprocess
-        import sys
-
-        import pytest
-        import torch
-
-        @pytest.mark.parametrize("i", range(4))
-        def test_threads(i):
-            assert os.environ["OMP_NUM_THREADS"] == "{threads}"
-            assert torch.get_num_threads() == {int(pool.stdout)}
-            if i == 0:  # one child is enough: each starts a torch of its own, a second or so
-                child = subprocess.run({ask!r}, capture_output=True, text=True, check=True)
-                assert int(child.stdout) == {int(pool.stdout)}
-    """
-    )
-    result = pytester.runpytest_subprocess("-p", "mpk", "-n", "2", timeout=300)
-    result.assert_outcomes(passed=4)
