@@ -4,7 +4,9 @@ what is left to a member's own build (a batch nvcc refuses, entries another proc
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import uuid
 from pathlib import Path
@@ -120,3 +122,24 @@ def test_free_locks_takes_the_locks_nobody_holds_and_releases_them(tmp_path: Pat
         assert not paths[0].with_name("a.lock.holder").exists()
     with free_locks(paths) as held:
         assert held == paths
+
+
+def test_a_cache_that_cannot_link_gets_copies(noop_source: str, mpk_cache_dir: Path, monkeypatch) -> None:
+    """Members share the batch's cubin by hard links; where the file system has none, each gets a copy."""
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    sources = [unique(noop_source) for _ in range(2)]
+    assert len(build_cubins(sources, ARCH)) == 2
+    cubins = [entry_of(s) / "module.cubin" for s in sources]
+    assert cubins[0].read_bytes() == cubins[1].read_bytes() and cubins[0].stat().st_ino != cubins[1].stat().st_ino
+
+
+def test_a_lock_that_cannot_be_opened_is_a_build_error(tmp_path: Path) -> None:
+    (tmp_path / "a file").write_text("")
+    where = tmp_path / "a file" / "a.lock"  # under a file: no lock file can be made there
+    with pytest.raises(BuildError, match=r"cannot open the build lock .*a file/a\.lock"):
+        with free_locks([where]):
+            pass

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mpk_runtime import harness
+from mpk_runtime.errors import BuildError
 from pytest_mpk import Out, SceneTestCase, devices
 from pytest_mpk.prebuild import prebuild
 from pytest_mpk.runner import Setup
@@ -138,6 +139,25 @@ def test_the_prebuild_builds_what_the_backend_loads(monkeypatch, tmp_path, backe
     setup = Setup(arch="sm90", backend=backend, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
     assert prebuild([(Norm(), {"hidden": 256}, setup), (Norm(), {"hidden": 512}, setup)], jobs=1) == 0
     assert asked == ([("compile-only", "sm90", True)] * 2 if on_gpu else [("sm90", 2)])
+
+
+def test_a_batch_that_fails_in_the_prebuild_is_left_to_the_cases(monkeypatch, tmp_path) -> None:
+    """A batch that cannot be built (a full disk, say) does not stop the session: each case builds its
+    own module and reports what went wrong with it."""
+
+    class Norm(SceneTestCase):
+        def generate_args(self, params):
+            return {"x": torch.randn(2, 256), "w": torch.randn(256), "y": Out(torch.empty(2, 256))}
+
+        def build(self, pk, t, params):
+            pk.rmsnorm_layer(input=t.x, weight=t.w, output=t.y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+
+    def full_disk(sources, arch):
+        raise BuildError("build cache: cannot write ...: No space left on device (ENOSPC)")
+
+    monkeypatch.setattr(harness, "build_cubins", full_disk)
+    setup = Setup(arch="sm90", backend=devices.EMULATED, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
+    assert prebuild([(Norm(), {}, setup)], jobs=2) == 0
 
 
 def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None:
