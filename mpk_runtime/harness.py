@@ -184,10 +184,8 @@ def build_for(pk: Any, on_gpu: bool) -> Any:
     (``on_gpu``: the shared library) or off it (the cubin), without compiling ``pk``: a compile-only
     ``pk`` prebuilds a GPU case's module without a GPU, whose compile() then finds it in the cache."""
     from .frontend.compiling import build
-    from .frontend.lowering import lower
 
-    source, _, _ = lower(pk._graph, pk.params, pk.arch)
-    return build(source, pk.arch, on_gpu)
+    return build(source_of(pk), pk.arch, on_gpu)
 
 
 __all__ = [

@@ -394,16 +394,25 @@ def _prebuild_cases(item: _SceneItem, mpk) -> None:
     if mpk.cases_prebuilt or hasattr(item.config, "workerinput") or mpk.build_jobs() < 2 or mpk.replay:
         return
     mpk.cases_prebuilt = True
-    work = []
-    for i in item.session.items:
-        if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None:
-            try:
-                work.append((i.scene_class.cls(), i.params, i._setup(mpk)))
-            except Exception:  # noqa: BLE001 - the case's own run reports it
-                continue
-    built = prebuild(work, mpk.build_jobs())
+    built = prebuild(_work(mpk, _selected_cases(item)), mpk.build_jobs())
     if built:
         item._notes[f"{built} modules of the session's cases built together before they ran"] = None
+
+
+def _selected_cases(item: _SceneItem) -> list[CaseItem]:
+    return [i for i in item.session.items if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None]
+
+
+def _work(mpk, cases: list[CaseItem]) -> list[tuple[SceneTestCase, dict[str, Any], Any]]:
+    """What prebuild() takes for ``cases``: each one's scene, params and setup (a case whose setup
+    fails is left to its own run, which reports it)."""
+    work = []
+    for i in cases:
+        try:
+            work.append((i.scene_class.cls(), i.params, i._setup(mpk)))
+        except Exception:  # noqa: BLE001 - the case's own run reports it
+            continue
+    return work
 
 
 def _prebuild_when_cold(item: _SceneItem, mpk, setup) -> None:
@@ -419,15 +428,9 @@ def _prebuild_when_cold(item: _SceneItem, mpk, setup) -> None:
         return
     mpk.cases_prebuilt = True
     index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
-    cases = [i for i in item.session.items if isinstance(i, CaseItem) and i.get_closest_marker("skip") is None]
-    work = []
-    for i in cases[index::count] + [c for n, c in enumerate(cases) if n % count != index]:
-        try:
-            setup_i = i._setup(mpk)
-        except Exception:  # noqa: BLE001 - the case's own run reports it
-            continue
-        if setup_i.backend != devices.GPU:
-            work.append((i.scene_class.cls(), i.params, setup_i))
+    cases = _selected_cases(item)
+    mine_first = cases[index::count] + [c for n, c in enumerate(cases) if n % count != index]
+    work = [w for w in _work(mpk, mine_first) if w[2].backend != devices.GPU]
     built = prebuild(work, mpk.build_jobs())
     if built:
         item._notes[f"{built} modules of the session's cases built together after the cache was found cold"] = None

@@ -120,7 +120,6 @@ def build_module(
     if device_only:
         check_scheduler(arch)
     key = cache_key(source, arch, python_extension, device_only)
-    name = safe_name(name)
     entry = entry_path(name, arch, key, device_only)
     filename = CUBIN if device_only else MODULE
 
@@ -134,9 +133,13 @@ def build_module(
                 raise BuildError(str(e).replace(str(tmp / SOURCE), str(source_file))) from None
             raise naming_kept_source(e, tmp / SOURCE, source, entry.name) from None
 
+    return publish(entry, key, filename, nvcc_record(key, arch, name, python_extension, device_only), make)
+
+
+def nvcc_record(key: str, arch: str, name: str, python_extension: bool = False, device_only: bool = False) -> dict:
+    """What an nvcc entry's build.json records besides the module's digest and the build's time."""
     flags = flags_for(arch, python_extension, device_only)
-    record = {"key": key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags}
-    return publish(entry, key, filename, record, make)
+    return {"key": key, "arch": arch, "name": safe_name(name), "nvcc": nvcc_version(nvcc()), "flags": flags}
 
 
 def safe_name(name: str) -> str:

@@ -31,7 +31,7 @@ from ..errors import BuildError
 from . import cache, cache_fs
 from .cache_fs import CUBIN, SOURCE, entry_problem, fs_errors
 from .lock import free_locks
-from .nvcc import compile_to, flags_for, included_headers, nvcc, nvcc_version
+from .nvcc import compile_to, included_headers
 
 log = logging.getLogger("mpk_runtime.build")
 MAX_BATCH = 16  # modules a batch: a failed batch costs its members' time again, one by one
@@ -109,7 +109,5 @@ def _publish_member(m: _Member, arch: str, cubin: Path, size: int, seconds: floa
             except OSError:
                 shutil.copyfile(cubin, tmp / CUBIN)
 
-    flags = flags_for(arch, device_only=True)
-    name = cache.safe_name(dispatcher.module_name_of(m.source))
-    record = {"key": m.key, "arch": arch, "name": name, "nvcc": nvcc_version(nvcc()), "flags": flags, "batch": size}
+    record = cache.nvcc_record(m.key, arch, dispatcher.module_name_of(m.source), device_only=True) | {"batch": size}
     cache.build_and_publish(m.entry, m.key, CUBIN, record, make, seconds)

@@ -149,6 +149,12 @@ def _portable(flags: Sequence[str]) -> str:
     return " ".join(flags).replace(str(REPO), "<repo>")
 
 
+def _without_include_dirs(flags: Sequence[str]) -> str:
+    """``flags`` as a shared build (the precompiled shim, the entry object) is keyed by: not by the
+    include directories, which differ from test to test, but by the headers they resolve to."""
+    return _portable([f for f in flags if not f.startswith("-I")])
+
+
 def runtime_archive() -> Path:
     """The block runner, race checker and fault handler, once per cache (they do not depend on the arch)."""
     flags = [*base_flags(), "-O2", "-DMPK_HOST_EMULATION"]
@@ -185,7 +191,7 @@ def shim_pch(flags: Sequence[str], dirs: Sequence[Path]) -> Path | None:
     if "g++" not in compiler and "GCC" not in compiler:
         return None
     headers = included(PCH_TEXT, dirs)
-    key = _key([compiler, cuda_version(), _portable([f for f in flags if not f.startswith("-I")]), PCH, PCH_TEXT], headers)
+    key = _key([compiler, cuda_version(), _without_include_dirs(flags), PCH, PCH_TEXT], headers)
     entry = build_cache.cache_root() / "modules" / f"emulation-shim-pch-{key[:16]}"
 
     def make(tmp: Path) -> None:
@@ -203,12 +209,9 @@ def entry_common(flags: Sequence[str], dirs: Sequence[Path], pch: Path | None) -
     defines, race checking) and include ``dirs`` (a test's header standing in for one of csrc is
     used here too): the C entry's code that is the same in every module, 0.3 s of the 0.5 s a small
     module's compile took here when each module compiled it. Once per cache, flags and headers."""
-    # Not keyed by the include directories, which differ from test to test: by the headers they
-    # resolve to (a directory that stands in for one of csrc's headers gives another key).
+    # A directory that stands in for one of csrc's headers gives another key (_without_include_dirs).
     headers = included(f'#include "{SHIM}"\n#include "emulation/entry_common.cpp"\n', dirs)
-    key = _key(
-        [cxx_version(cxx()), cuda_version(), _portable([f for f in flags if not f.startswith("-I")]), ENTRY_OBJECT], headers
-    )
+    key = _key([cxx_version(cxx()), cuda_version(), _without_include_dirs(flags), ENTRY_OBJECT], headers)
     entry = build_cache.cache_root() / "modules" / f"emulation-entry-common-{key[:16]}"
 
     def make(tmp: Path) -> None:
