@@ -149,6 +149,15 @@ def owner_tag() -> str:
     return f"{host}.{pid_namespace()}-{os.getpid()}"
 
 
+def link_or_copy(src: Path | str, dst: Path | str) -> None:
+    """``dst`` as a hard link to ``src`` (one copy of the bytes on disk), or a copy where the file
+    system has no hard links (with its mode, as a link would have it)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def temp_dir(modules: Path, entry_name: str) -> Path:
     with fs_errors("create a temporary directory in", modules):
         return Path(tempfile.mkdtemp(prefix=f".tmp-{owner_tag()}-{entry_name}-", dir=modules))

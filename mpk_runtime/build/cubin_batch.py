@@ -18,7 +18,6 @@ batch nvcc refuses, so that each error is reported by its own case with its own 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -104,10 +103,7 @@ def _publish_member(m: _Member, arch: str, cubin: Path, size: int, seconds: floa
     def make(tmp: Path) -> None:
         with fs_errors("write the build's files in", tmp):
             (tmp / SOURCE).write_text(m.source)
-            try:
-                os.link(cubin, tmp / CUBIN)  # the same bytes for every member: one copy on disk
-            except OSError:
-                shutil.copyfile(cubin, tmp / CUBIN)
+            cache_fs.link_or_copy(cubin, tmp / CUBIN)  # the same bytes for every member
 
     record = cache.nvcc_record(m.key, arch, dispatcher.module_name_of(m.source), device_only=True) | {"batch": size}
     cache.build_and_publish(m.entry, m.key, CUBIN, record, make, seconds)

@@ -6,7 +6,7 @@ with ``-DMPK_HOST_EMULATION`` and the CUDA shim forced in (``csrc/emulation/cuda
 kernel: the task bodies run as fibers, one thread block at a time (``run/host_runner.py`` loads and
 runs them). ``race_check=True`` builds with ``-fsanitize=thread``, whose hooks are our own shadow
 memory (``csrc/emulation/race_check.cpp``): races, unwritten shared memory, accesses outside a task's
-slices. Reports name files relative to the repository (``-g``, prefix maps).
+slices. Reports name files relative to the repository (``-g1``, prefix maps).
 
 Entries go through the content-hash cache of ``cache.py`` (same locking and publishing): the
 runner's archive once per cache; the shim's precompiled header and the part of a module's C entry
@@ -44,6 +44,8 @@ PCH = "shim_pch.h"  # a header that includes the shim; g++ reads shim_pch.h.gch 
 # beyond the shim: a source may define a macro before it includes a header of ours, which a
 # header already read from the .gch would not see.
 PCH_TEXT = f'#include "{SHIM}"\n#include <string>\n'
+# What entry_common.o is compiled from (with the shim first): its headers key it, and every module that links it.
+ENTRY_COMMON_TEXT = f'#include "{SHIM}"\n#include "emulation/entry_common.cpp"\n'
 RACE_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-Wno-tsan"]
 
 
@@ -212,7 +214,7 @@ def entry_common(flags: Sequence[str], dirs: Sequence[Path], pch: Path | None) -
     used here too): the C entry's code that is the same in every module, 0.3 s of the 0.5 s a small
     module's compile took here when each module compiled it. Once per cache, flags and headers."""
     # A directory that stands in for one of csrc's headers gives another key (_without_include_dirs).
-    headers = included(f'#include "{SHIM}"\n#include "emulation/entry_common.cpp"\n', dirs)
+    headers = included(ENTRY_COMMON_TEXT, dirs)
     key = _key([cxx_version(cxx()), cuda_version(), _without_include_dirs(flags), ENTRY_OBJECT], headers)
     entry = build_cache.cache_root() / "modules" / f"emulation-entry-common-{key[:16]}"
 
@@ -240,7 +242,7 @@ def build_host_module(
     flags = [*base_flags(include_dirs), "-O1", *archs.ARCHS[arch].host_flags, *(RACE_FLAGS if race_check else [])]
     archive = runtime_archive()
     # The module links entry_common.o, built with the same flags: its headers are in the key too.
-    headers = included(f'#include "{SHIM}"\n#include "emulation/entry_common.cpp"\n' + source, dirs)
+    headers = included(ENTRY_COMMON_TEXT + source, dirs)
     parts = [f"abi={contract.ABI_VERSION}", cxx_version(cxx()), cuda_version(), _portable(flags), archive.parent.name, source]
     key = _key(parts, headers)
     name = build_cache.safe_name(name)

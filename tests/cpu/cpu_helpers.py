@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 import mpk_runtime as mpk
+from mpk_runtime.build.cache_fs import link_or_copy
 from mpk_runtime.graph import CompiledGraph, DTensor, Layer, TaskGraph, build_compiled, build_schedule, collect_variants
 from mpk_runtime.tasks import registry
 
@@ -144,12 +145,5 @@ def cache_without_modules(root: Path, shared: Path) -> Path:
     (root / "modules").mkdir(parents=True)
     for entry in (shared / "modules").iterdir():
         if entry.name.startswith(("emulation-", "scheduler-check-")) and entry.is_dir():
-            shutil.copytree(entry, root / "modules" / entry.name, copy_function=_link_or_copy)
+            shutil.copytree(entry, root / "modules" / entry.name, copy_function=link_or_copy)
     return root
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
