@@ -254,8 +254,18 @@ class SceneClass(pytest.Collector):
             except GraphError as e:
                 raise self.CollectError(f"{where}: no golden: {e}; or define compute_golden(self, args, params)") from None
 
+    @functools.cached_property  # inspect parses the module: once per class, not once per item
+    def line(self) -> int:
+        """The 0-based line where the scene class is defined (0 when its source cannot be found). Kept
+        here, not in a cache of the module's: that held every class it saw, so a pytester run inside a
+        session kept its whole session (the class's module holds its loader, which holds the config)."""
+        try:
+            return inspect.getsourcelines(self.cls)[1] - 1
+        except (OSError, TypeError):
+            return 0
+
     def reportinfo(self):
-        return self.path, _line_of(self.cls), self.cls.__qualname__
+        return self.path, self.line, self.cls.__qualname__
 
 
 class _SceneItem(pytest.Item):
@@ -383,7 +393,7 @@ class _SceneItem(pytest.Item):
 
     def reportinfo(self):
         # A line is needed: pytest reports skips (markers, the case skips below) at the item's location.
-        return self.path, _line_of(self.scene_class.cls), self.nodeid.split("::", 1)[-1]
+        return self.path, self.scene_class.line, self.nodeid.split("::", 1)[-1]
 
 
 def _prebuild_cases(item: _SceneItem, mpk) -> None:
@@ -527,15 +537,6 @@ def _item_id(parent: pytest.Collector, base: str, arch: str) -> Any:
     if hasattr(parent, "id"):  # pytest >= 9.2
         return parent.id.child(base).with_params(arch)
     return f"{parent.nodeid}::{base}[{arch}]"
-
-
-@functools.cache  # inspect parses the module: once per class, not once per item
-def _line_of(cls: type) -> int:
-    """The 0-based line where ``cls`` is defined (0 when its source cannot be found)."""
-    try:
-        return inspect.getsourcelines(cls)[1] - 1
-    except (OSError, TypeError):
-        return 0
 
 
 def _safe(nodeid: str) -> str:

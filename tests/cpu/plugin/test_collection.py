@@ -4,7 +4,10 @@ item per arch, the archs a session targets, markers on scene classes, and the pe
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
+import weakref
 
 import pytest
 
@@ -133,3 +136,30 @@ def test_manual_case_runs_only_when_picked(pytester: pytest.Pytester, scenes) ->
     result = pytester.runpytest_inprocess("-v", "--mpk-case", "TestNorm::big")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["test_scene.py::TestNorm::big[[]sm90[]] PASSED [[]emulated (CUDA bodies on the CPU)[]]*"])
+
+
+@pytest.mark.parametrize(
+    "args", [["--collect-only", "-q"], ["--mpk-backend", "emulate", "-k", "TestNorm and b2"]], ids=["collect", "run"]
+)
+def test_an_inner_run_leaves_nothing_of_its_session_behind(pytester: pytest.Pytester, scenes, args: list[str]) -> None:
+    """A pytest run inside a process is over when it returns: the plugin keeps none of its objects.
+    A cache of each scene class's line (its items' location) kept every class it saw, and so the
+    class's module, the module's loader (pytest's rewriting hook), its config and the whole session:
+    this suite's workers, which run many sessions through pytester, grew by hundreds of thousands of
+    objects, and each full garbage collection walked them all. (pytester's own runs keep their
+    session to the test's end, so this one runs pytest.main and drops the modules it imported.)"""
+    pytester.makepyfile(test_scene=TWO_CASES)
+    configs = []
+
+    class KeepConfig:
+        def pytest_configure(self, config: pytest.Config) -> None:
+            configs.append(weakref.ref(config))
+
+    before = set(sys.modules)
+    try:
+        assert pytest.main(["-p", "mpk", "--arch", "sm90", *args], plugins=[KeepConfig()]) == pytest.ExitCode.OK
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+    gc.collect()
+    assert len(configs) == 1 and configs[0]() is None
