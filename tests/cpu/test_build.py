@@ -272,7 +272,7 @@ def test_write_if_changed_keeps_unchanged_files(tmp_path):
 
 def test_processes_racing_for_one_key_build_it_once(noop_source, mpk_cache_dir):
     source = noop_source + f"\n// race {uuid.uuid4().hex}\n"  # a key nobody built yet
-    ctx = torch_forkserver  # race_for_module's module imports torch: the server did, once
+    ctx = torch_forkserver()  # race_for_module's module imports torch: the server did, once
     barrier, results = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=race_for_module, args=(source, barrier, results)) for _ in range(4)]
     for p in procs:

@@ -4,10 +4,11 @@ import in every inner run.
 An inner run that needs a process of its own (a task registry of its own, say) used to start a new
 interpreter, whose ``import torch`` took 1.5-1.8 s of the 2 to 5 s such a test takes on the 2-core
 machine. Here the inner pytest runs in a child forked by multiprocessing's fork server, which has
-imported torch once (and nothing of ours: the child imports the runtime and the plugin afresh, under
-the test's environment). The child gets what a subprocess would: the test's environment and working
-directory, that directory first on ``sys.path`` (pytester puts it on PYTHONPATH), no stdin, and its
-stdout and stderr in files, read back into the ``RunResult``. A script (``run_script_forked``) runs as
+imported torch once and run pytest's start once (pytest_startup_preload: Hypothesis, rewritten), and
+nothing of ours: the child imports the runtime and the plugin afresh, under the test's environment.
+The child gets what a subprocess would: the test's environment and working directory, that directory
+first on ``sys.path`` (pytester puts it on PYTHONPATH), no stdin, and its stdout and stderr in files,
+read back into the ``RunResult``. A script (``run_script_forked``) runs as
 ``__main__`` with its arguments in ``sys.argv``. The child leaves through ``os._exit`` after the run,
 as multiprocessing's children do: a test of what happens at interpreter exit needs a real process.
 """
@@ -15,6 +16,8 @@ as multiprocessing's children do: a test of what happens at interpreter exit nee
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import runpy
 import sys
@@ -26,10 +29,22 @@ import pytest
 
 # Fresh processes that do not each import torch: these inner runs, and the build race in test_build.py.
 # torch.distributed.tensor too: torch.testing.assert_close imports it at its first call (0.6 s on the
-# 2-core machine, in every inner run that compares an output). A module missing from a torch build is
-# skipped by the server.
-torch_forkserver = multiprocessing.get_context("forkserver")
-torch_forkserver.set_forkserver_preload(["torch", "torch.distributed.tensor"])
+# 2-core machine, in every inner run that compares an output). pytest_startup_preload: what a pytest
+# run imports at its start (its module says why). A module missing from a torch build is skipped.
+SERVER_PRELOAD = ["torch", "torch.distributed.tensor", "pytest_startup_preload"]
+
+
+def torch_forkserver() -> multiprocessing.context.ForkServerContext:
+    """multiprocessing's fork-server context, its server started (once a process) with SERVER_PRELOAD
+    imported. The server imports them by name from the path it starts with, which is not ours
+    (Python 3.11's server ignores the path multiprocessing hands it), so it starts with this folder,
+    where pytest_startup_preload is, on its PYTHONPATH."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(SERVER_PRELOAD)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(Path(__file__).resolve().parent), prepend=os.pathsep)
+        multiprocessing.forkserver.ensure_running()
+    return context
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, script: str | None) -> None:
@@ -61,7 +76,7 @@ def _run_forked(pytester: pytest.Pytester, args: list[str], script: str | None, 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
     start = time.time()
-    child = torch_forkserver.Process(target=_child, args=(args, os.getcwd(), env, str(out), str(err), script))
+    child = torch_forkserver().Process(target=_child, args=(args, os.getcwd(), env, str(out), str(err), script))
     child.start()
     child.join(timeout)
     if child.is_alive():

@@ -57,3 +57,23 @@ def test_a_script_runs_as_main_with_its_arguments(pytester: pytest.Pytester, end
     assert result.ret == status
     assert result.outlines == ["__main__ ['script.py', '--flag', 'value'] 42"]
     assert result.errlines == ([said] if said else [])
+
+
+def test_the_child_finds_hypothesis_loaded_as_pytest_loads_it(pytester: pytest.Pytester) -> None:
+    """The server ran pytest's start once (pytest_startup_preload): a run with our plugin finds
+    Hypothesis imported by pytest's rewriting hook, as its own start would have left it, so pytest
+    says nothing about modules it cannot rewrite; and the objects the server held are frozen out of
+    the garbage collector."""
+    pytester.makepyfile(
+        test_probe="""
+        import gc, sys
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+
+        def test_probe():
+            assert isinstance(sys.modules["hypothesis"].__loader__, AssertionRewritingHook)
+            assert gc.get_freeze_count() > 100_000
+        """
+    )
+    result = runpytest_forked(pytester, "-p", "mpk", "-n", "0", "-W", "error::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(passed=1)
+    assert "PytestAssertRewriteWarning" not in result.stdout.str() + result.stderr.str()
