@@ -88,6 +88,7 @@ def fault(request, monkeypatch):
 """
 
 
+@pytest.mark.long_running
 def test_xdist_replaces_the_worker_and_runs_the_rest(pytester: pytest.Pytester) -> None:
     """End to end under pytest-xdist: the faulting case fails once, with its own error; its worker is
     replaced; every other case still runs and passes, whichever worker had it."""

@@ -76,6 +76,7 @@ def test_profile_says_which_cases_it_did_not_profile(pytester: pytest.Pytester, 
     pytester.runpytest_inprocess().stdout.no_fnmatch_line("*--mpk-profile*")
 
 
+@pytest.mark.long_running
 def test_a_scene_run_as_a_script_ends_without_warnings(pytester: pytest.Pytester, scenes) -> None:
     """The script imported Hypothesis (and this package) before pytest started; pytest, which
     rewrites its plugins' modules, would warn that it cannot rewrite them."""

@@ -175,6 +175,7 @@ def test_a_clean_sanitized_run_passes_and_a_failing_child_fails(pytester, scenes
     result.stdout.fnmatch_lines(["under compute-sanitizer initcheck the case failed (exit 1):", "*differs from the golden"])
 
 
+@pytest.mark.long_running
 def test_the_child_command_runs_in_a_project_whose_addopts_start_xdist(pytester, scenes, monkeypatch, tmp_path, a_gpu) -> None:
     """A project with "-n auto" in its addopts (ours has): the child's own options must still parse,
     and it must run the case in one process. The stand-in sanitizer runs the real child command,

@@ -15,6 +15,7 @@ from cpu_helpers import cache_without_modules
 from pytest_mpk import plugin
 
 
+@pytest.mark.long_running
 def test_two_workers(
     pytester: pytest.Pytester, scenes, monkeypatch: pytest.MonkeyPatch, mpk_cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -86,6 +87,7 @@ def test_auto_workers_are_one_per_visible_gpu(
     assert plugin.pytest_xdist_auto_num_workers(pytester.parseconfig()) == workers
 
 
+@pytest.mark.long_running
 def test_auto_starts_one_worker_per_visible_gpu_end_to_end(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three visible GPUs on a machine of any CPU count: xdist starts three workers, pinned to 0, 1, 2
     (xdist's own answer, the CPU count, must not win)."""
