@@ -8,9 +8,9 @@ imported torch once and run pytest's start once (pytest_startup_preload: Hypothe
 nothing of ours: the child imports the runtime and the plugin afresh, under the test's environment.
 The child gets what a subprocess would: the test's environment and working directory, that directory
 first on ``sys.path`` (pytester puts it on PYTHONPATH), no stdin, and its stdout and stderr in files,
-read back into the ``RunResult``. A script (``run_script_forked``) runs as
-``__main__`` with its arguments in ``sys.argv``. The child leaves through ``os._exit`` after the run,
-as multiprocessing's children do: a test of what happens at interpreter exit needs a real process.
+read back into the ``RunResult``. A script (``run_script_forked``) runs as ``__main__`` with its
+arguments in ``sys.argv``. The child leaves through ``os._exit`` after the run, as multiprocessing's
+children do: a test of what happens at interpreter exit needs a real process.
 """
 
 from __future__ import annotations
