@@ -6,14 +6,15 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from cpu_helpers import GraphBuilder
 
-import mpk_runtime as mpk
-from mpk_runtime.build import cache as build
-from mpk_runtime.codegen import dispatcher as codegen
-from mpk_runtime.graph import collect_variants
+# The runtime (and torch, which it imports) only in the fixtures: pytest imports this conftest in
+# xdist's controller as well, which runs no test and starts the workers only after its own start.
+if TYPE_CHECKING:
+    import mpk_runtime as mpk
+    from mpk_runtime.build import cache as build
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +44,8 @@ def mpk_cache_dir() -> Iterator[Path]:
     second run finds every module the first one built. Entries are keyed by content, so sharing is
     safe; tests that need an empty or a damaged cache make their own. Set in the environment, so that
     inner runs, xdist workers and subprocesses use the same one."""
+    from mpk_runtime.build import cache as build
+
     root = build.cache_root()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MPK_CACHE_DIR", str(root))
@@ -52,6 +55,7 @@ def mpk_cache_dir() -> Iterator[Path]:
 @pytest.fixture
 def make_pk() -> Callable[..., mpk.PersistentKernel]:
     """Factory of compile-only PersistentKernels (no GPU needed): ``make_pk(90, test_mode=True)``."""
+    import mpk_runtime as mpk
 
     def make(target_cc: int = 80, **overrides) -> mpk.PersistentKernel:
         params = mpk.PersistentKernel.get_default_init_parameters()
@@ -65,6 +69,11 @@ def make_pk() -> Callable[..., mpk.PersistentKernel]:
 @pytest.fixture(scope="session")
 def noop_source() -> str:
     """The generated source of the smallest graph (one no-op layer) for sm80: the cheapest nvcc build."""
+    from cpu_helpers import GraphBuilder
+
+    from mpk_runtime.codegen import dispatcher as codegen
+    from mpk_runtime.graph import collect_variants
+
     g = GraphBuilder()
     g.noop([g.tensor("a")], [g.tensor("b")], 2)
     variants, _ = collect_variants(g.graph)
@@ -76,10 +85,14 @@ def noop_build(noop_source: str, mpk_cache_dir: Path) -> build.BuildResult:
     """``noop_source`` built (or found) in the session's cache, once per session: the full build (a
     shared library with the host side of the runtime, which only the GPU backend builds otherwise),
     so that the CPU suite compiles csrc/runtime/host.cuh and loads and checks its ABI (test_abi.py)."""
+    from mpk_runtime.build import cache as build
+
     return build.build_module(noop_source, "sm80", "noop")
 
 
 @pytest.fixture(scope="session")
 def noop_cubin(noop_source: str, mpk_cache_dir: Path) -> build.BuildResult:
     """``noop_source``'s device-only build (a cubin, what kernels off the GPU build), once per session."""
+    from mpk_runtime.build import cache as build
+
     return build.build_module(noop_source, "sm80", "noop", device_only=True)
