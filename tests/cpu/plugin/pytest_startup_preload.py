@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
-import os
 import tempfile
 from pathlib import Path
 
@@ -37,16 +36,14 @@ class _ImportHypothesis:
 
 
 def _collect_nothing() -> None:
-    saved = {name: os.environ.pop(name) for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS") if name in os.environ}
-    try:
-        with tempfile.TemporaryDirectory(prefix="pytest-preload-") as folder:
-            ini = Path(folder) / "pytest.ini"
-            ini.write_text("[pytest]\n")
-            args = ["-c", str(ini), "--rootdir", folder, "--noconftest", "-p", "no:mpk", "-p", "no:cacheprovider"]
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                code = pytest.main([*args, "-s", "-q", "--collect-only", folder], plugins=[_ImportHypothesis()])
-    finally:
-        os.environ.update(saved)
+    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory(prefix="pytest-preload-") as folder:
+        for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+            mp.delenv(name, raising=False)
+        ini = Path(folder) / "pytest.ini"  # the rootdir, its settings empty
+        ini.write_text("[pytest]\n")
+        args = ["-c", str(ini), "--noconftest", "-p", "no:mpk", "-p", "no:cacheprovider", "-s", "-q", "--collect-only"]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = pytest.main([*args, folder], plugins=[_ImportHypothesis()])
     # An empty folder collects nothing (exit code 5); anything else means the session did not run.
     if code != pytest.ExitCode.NO_TESTS_COLLECTED:
         raise RuntimeError(f"the fork server's pytest session ended with {code!r}, not NO_TESTS_COLLECTED")
