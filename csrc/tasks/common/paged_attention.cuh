@@ -18,10 +18,10 @@
 // 2. Q: the warps of an m-tile normalize and rotate its rows into shared memory (sharing the rows
 //    out), then each holds them as mma A fragments.
 // 3. Keys stream through shared memory in tiles of 16 keys per warp (cp.async, kStages deep, row by
-//    row through the page table, so any page size works). A warp takes 16-key chunks of a tile:
-//    S = Q K^T (mma m16n8k16, fp32), online softmax in fp32 (exp2, lane-partial sums), O += P V
-//    (mma, P rounded to T). Warps that share an m-tile (decode: all of them) split each tile's
-//    chunks and merge their (m, l, O) through shared memory at the end.
+//    row through the page table, so any page size works). A warp takes 16-key chunks of a tile, one
+//    or kWideStep at a time: S = Q K^T (mma m16n8k16, fp32), online softmax in fp32 (exp2,
+//    lane-partial sums), O += P V (mma, P rounded to T). Warps that share an m-tile (decode: all of
+//    them) split each tile's chunks and merge their (m, l, O) through shared memory at the end.
 // Tiles of history keys are requested before the append and the Q preparation run, so that their
 // latency overlaps that work; tiles with new keys after a barrier that publishes the append. On sm90
 // a tile of whole boxes of history, or of keys the task appended itself, comes by TMA instead
@@ -66,6 +66,11 @@ constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads i
 // (as floats they spilled). A 4096-token prefill on an H200: 2.2 ms with 4 rows held as floats,
 // 1.9 ms with 8 held as loaded (the two changes were not timed apart).
 constexpr int kKeyRowBatch = 8;
+// 16-key chunks a warp takes under one online-softmax update where it has that many of a tile (a
+// prefill's warps: their m-tiles share few warps each). On an H200 a 4096-token prefill took 3% less
+// time with 2 than with 1, and 5% less with 4, but 4 spilled registers in every sm90 variant and made
+// the model's decode 2.4% slower (PERFORMANCE.md, twenty-ninth session).
+constexpr int kWideStep = 2;
 // Runtime::mark's phases (tasks/paged_attention.py names them): each pass marks the first four.
 constexpr int kPhaseRequested = 0, kPhaseQ = 1, kPhaseKeys = 2, kPhaseRows = 3, kPhaseCounted = 4;
 
@@ -277,6 +282,10 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       named_barrier_sync(barrier, kThreads);
   };
   constexpr float kScale = (D == 64 ? 0.125f : 0.08838834764831845f) * kLog2e;  // log2(e) / sqrt(D)
+  // A half's stream (two kv heads a task) keeps one chunk a step and compiles no wide one: with wide
+  // steps compiled in, its decode at B 32 x 4096 (which never takes one) measured 6% slower once on
+  // an H200, a single sample within the spread of later calls, not confirmed either way.
+  constexpr int kWide = W == kWorkerWarps ? kWideStep : 1;
 
   Plan const p = plan_of<Z>(task, rt);
   if (p.qlen <= 0 || p.t0 >= p.t1) return;
@@ -502,32 +511,42 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
       cp_async_wait_group<kStages - 1>();
       sync();
       unsigned char const *ks = kv_smem + (i % kStages) * 2 * S::kTileBytes, *vs = ks + S::kTileBytes;
-      for (int chunk = my_ks; active && chunk < kTileKeys / 16; chunk += ks_count) {
-        int const kr = chunk * 16, key0 = p.kb + i * kTileKeys + kr;
-        if (key0 >= ke || key0 > pos_max) continue;  // every key masked for every row
-        float s[2][4] = {};
+      // This warp's chunks of the tile are my_ks, my_ks + ks_count, ... A step takes NCH of them under
+      // one online-softmax update (one max, one rescale of O), with NCH * 2 independent chains of
+      // score mma. A warp with at least kWide chunks of a tile (a prefill's: ks_count <= 4) takes
+      // them kWide at a time; a decode's warp (one chunk a tile) one at a time.
+      auto step = [&](auto width, int chunk) {
+        constexpr int NCH = decltype(width)::value;
+        int kr[NCH], key0[NCH];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          int const row = kr + 8 * nt + g;
+        for (int q = 0; q < NCH; ++q) kr[q] = (chunk + q * ks_count) * 16, key0[q] = p.kb + i * kTileKeys + kr[q];
+        if (key0[0] >= ke || key0[0] > pos_max) return;  // every key masked for every row (and so of the later chunks)
+        float s[2 * NCH][4] = {};
 #pragma unroll
-          for (int c = 0; c < D / 32; ++c) {
-            uint4 const kv = ld_16(ks + tile_offset<kTileKeys>(row, qk_chunk(c, t)));
-            mma_m16n8k16<T>(s[nt], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], kv.x, kv.y);
-            mma_m16n8k16<T>(s[nt], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3], kv.z, kv.w);
+        for (int q = 0; q < NCH; ++q)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            int const row = kr[q] + 8 * nt + g;
+#pragma unroll
+            for (int c = 0; c < D / 32; ++c) {
+              uint4 const kv = ld_16(ks + tile_offset<kTileKeys>(row, qk_chunk(c, t)));
+              mma_m16n8k16<T>(s[2 * q + nt], qa[2 * c][0], qa[2 * c][1], qa[2 * c][2], qa[2 * c][3], kv.x, kv.y);
+              mma_m16n8k16<T>(s[2 * q + nt], qa[2 * c + 1][0], qa[2 * c + 1][1], qa[2 * c + 1][2], qa[2 * c + 1][3],
+                              kv.z, kv.w);
+            }
           }
-        }
-        // s[nt][e]: row g + 8 (e / 2), key key0 + 8 nt + 2 t + e % 2
+        // s[2 q + nt][e]: row g + 8 (e / 2), key key0[q] + 8 nt + 2 t + e % 2
         float alpha[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float mx = -INFINITY;
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
+          for (int n = 0; n < 2 * NCH; ++n)
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-              int const key = key0 + 8 * nt + 2 * t + (e & 1);
-              s[nt][e] = key < ke && key <= pos_row[h] ? s[nt][e] * kScale : -INFINITY;
-              mx = fmaxf(mx, s[nt][e]);
+              int const key = key0[n / 2] + 8 * (n % 2) + 2 * t + (e & 1);
+              s[n][e] = key < ke && key <= pos_row[h] ? s[n][e] * kScale : -INFINITY;
+              mx = fmaxf(mx, s[n][e]);
             }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -536,34 +555,44 @@ __device__ __forceinline__ void stream(TaskDesc const &task, Runtime const &rt, 
           alpha[h] = exp2f(m_run[h] - base);
           float sum = 0.f;
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
+          for (int n = 0; n < 2 * NCH; ++n)
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-              s[nt][e] = exp2f(s[nt][e] - base);
-              sum += s[nt][e];
+              s[n][e] = exp2f(s[n][e] - base);
+              sum += s[n][e];
             }
           l_run[h] = l_run[h] * alpha[h] + sum;
           m_run[h] = m_new;
         }
-        uint32_t const pa0 = pack2<T>(s[0][0], s[0][1]), pa1 = pack2<T>(s[0][2], s[0][3]);
-        uint32_t const pa2 = pack2<T>(s[1][0], s[1][1]), pa3 = pack2<T>(s[1][2], s[1][3]);
 #pragma unroll
-        for (int hh = 0; hh < D / 64; ++hh) {
-          int const r0 = kr + 2 * t;
-          uint4 const v0 = ld_16(vs + tile_offset<kTileKeys>(r0, 8 * hh + g));
-          uint4 const v1 = ld_16(vs + tile_offset<kTileKeys>(r0 + 1, 8 * hh + g));
-          uint4 const v8 = ld_16(vs + tile_offset<kTileKeys>(r0 + 8, 8 * hh + g));
-          uint4 const v9 = ld_16(vs + tile_offset<kTileKeys>(r0 + 9, 8 * hh + g));
+        for (int q = 0; q < NCH; ++q) {
+          uint32_t const pa0 = pack2<T>(s[2 * q][0], s[2 * q][1]), pa1 = pack2<T>(s[2 * q][2], s[2 * q][3]);
+          uint32_t const pa2 = pack2<T>(s[2 * q + 1][0], s[2 * q + 1][1]),
+                         pa3 = pack2<T>(s[2 * q + 1][2], s[2 * q + 1][3]);
+          int const r0 = kr[q] + 2 * t;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            int const j = 8 * hh + e;
-            o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
-            uint32_t const b0 = halves(word(v0, e / 2), word(v1, e / 2), e & 1);
-            uint32_t const b1 = halves(word(v8, e / 2), word(v9, e / 2), e & 1);
-            mma_m16n8k16<T>(o[j], pa0, pa1, pa2, pa3, b0, b1);
+          for (int hh = 0; hh < D / 64; ++hh) {
+            uint4 const v0 = ld_16(vs + tile_offset<kTileKeys>(r0, 8 * hh + g));
+            uint4 const v1 = ld_16(vs + tile_offset<kTileKeys>(r0 + 1, 8 * hh + g));
+            uint4 const v8 = ld_16(vs + tile_offset<kTileKeys>(r0 + 8, 8 * hh + g));
+            uint4 const v9 = ld_16(vs + tile_offset<kTileKeys>(r0 + 9, 8 * hh + g));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              int const j = 8 * hh + e;
+              if (q == 0) o[j][0] *= alpha[0], o[j][1] *= alpha[0], o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+              uint32_t const b0 = halves(word(v0, e / 2), word(v1, e / 2), e & 1);
+              uint32_t const b1 = halves(word(v8, e / 2), word(v9, e / 2), e & 1);
+              mma_m16n8k16<T>(o[j], pa0, pa1, pa2, pa3, b0, b1);
+            }
           }
         }
-      }
+      };
+      if (kWide > 1 && active && kTileKeys / 16 / ks_count >= kWide)
+        for (int chunk = my_ks; chunk < kTileKeys / 16; chunk += kWide * ks_count)
+          step(std::integral_constant<int, kWide>{}, chunk);
+      else
+        for (int chunk = my_ks; active && chunk < kTileKeys / 16; chunk += ks_count)
+          step(std::integral_constant<int, 1>{}, chunk);
       sync();  // buffer i % kStages is free
       if (i + kStages < num_tiles)
         issue(i + kStages);
