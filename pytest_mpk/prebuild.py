@@ -3,7 +3,14 @@ kernel, is built as the case's backend builds it (a shared library for the GPU, 
 the source depends on the graph and the arch only, so it is the module the case's own kernel then
 finds in the cache), several nvcc processes at a time, and the cubins several modules to one nvcc
 run (mpk_runtime/build/cubin_batch.py). On two cores this halves a cold run's build time; a warm
-run pays only for graph building and a cache lookup per case."""
+run pays only for graph building and a cache lookup per case.
+
+A case's generate_args and build run here for cases this process may never run (an xdist worker
+builds its share of the session's cases). Any torch call of theirs that would touch the GPU raises
+instead (_NoGpu), and the case is left to build its own module: code that faulted the GPU (an index
+out of range on a CUDA tensor) would otherwise lose this process's CUDA context before its first GPU
+case, and every GPU case of the process would fail for it, or the worker end, with the blame on a
+case that did nothing wrong."""
 
 from __future__ import annotations
 
@@ -15,6 +22,10 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
 import mpk_runtime as mpk
 from mpk_runtime import harness
 
@@ -23,14 +34,40 @@ from .runner import PREBUILT, Setup, generate, kernel_params
 from .scene import Out, SceneTestCase
 
 
+class GpuUseInPrebuild(Exception):
+    """A case's generate_args or build called torch on the GPU while the prebuild made its graph."""
+
+
+def _on_gpu(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type not in ("cpu", "meta")
+    if isinstance(value, torch.device):
+        return value.type not in ("cpu", "meta")
+    return isinstance(value, str) and value.startswith("cuda")
+
+
+class _NoGpu(TorchFunctionMode):
+    """Inside it, a torch call with a GPU tensor or a GPU device among its arguments, or a
+    ``Tensor.cuda()``, raises GpuUseInPrebuild before it runs. What it cannot see: the GPU reached
+    without torch (another library, ctypes)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) == "cuda" or any(_on_gpu(v) for v in tree_leaves((args, kwargs))):
+            raise GpuUseInPrebuild(f"{getattr(func, '__name__', func)} would run on the GPU")
+        return func(*args, **kwargs)
+
+
 def _kernel(scene: SceneTestCase, params: dict[str, Any], setup: Setup) -> mpk.PersistentKernel | None:
-    """The case's graph in a compile-only kernel, or None when the scene fails: its run reports it."""
+    """The case's graph in a compile-only kernel, or None when the scene fails or touches the GPU: its
+    run reports it, or builds its module itself."""
     compile_only = dataclasses.replace(setup, backend=devices.COMPILED, notes=[])
     try:
-        args = generate(scene, params, 0)
-        pk = mpk.PersistentKernel(**kernel_params(scene, params, compile_only))
-        t = types.SimpleNamespace(**{n: pk.attach_input(v.tensor if isinstance(v, Out) else v, n) for n, v in args.items()})
-        scene.build(pk, t, dict(params))
+        with _NoGpu():
+            args = generate(scene, params, 0)
+            pk = mpk.PersistentKernel(**kernel_params(scene, params, compile_only))
+            t = types.SimpleNamespace(**{n: pk.attach_input(v.tensor if isinstance(v, Out) else v, n) for n, v in args.items()})
+            scene.build(pk, t, dict(params))
     except Exception:  # noqa: BLE001 - the case's own run reports it, with its params
         return None
     return pk

@@ -49,7 +49,17 @@ def scene(cases: list[tuple[str, str]]) -> str:
     return f"CASES = {cases!r}\n" + SCENE
 
 
-def test_under_xdist_the_worker_is_replaced_and_the_rest_runs(pytester: pytest.Pytester) -> None:
+@pytest.fixture
+def cold_cache(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty build cache for the inner run, so that its prebuild makes every case's graph, the
+    faulting ones among them (a warm cache has no prebuild under xdist)."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(pytester.path / "build-cache"))
+
+
+def test_under_xdist_the_worker_is_replaced_and_the_rest_runs(pytester: pytest.Pytester, cold_cache) -> None:
+    """Each worker that finds the cache cold makes the graphs of its share of the cases after its first
+    case: torch_fault's build, which faults the GPU when it runs, must not run there (the first session
+    at a cold cache ended a third worker, which had run nothing wrong)."""
     cases = (
         [(f"ok{i}", "none") for i in range(3)]
         + [("kernel_fault", "kernel")]
@@ -83,3 +93,17 @@ def test_without_xdist_later_gpu_cases_fail_with_the_reason(pytester: pytest.Pyt
             + "*; with pytest-xdist (-n) that worker is replaced and this case runs elsewhere",
         ]
     )
+
+
+def test_without_xdist_a_build_that_faults_fails_its_own_case_only(
+    pytester: pytest.Pytester, cold_cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's prebuild makes every case's graph before the first case runs; a build that faults
+    the GPU must fault in its own case, not there, where it lost the context before ok0 and ok1 ran.
+    The inner run gets the machine's cores (not an outer xdist worker's share), so that it prebuilds."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    pytester.makepyfile(test_faults=scene([("ok0", "none"), ("ok1", "none"), ("torch_fault", "torch")]))
+    result = pytester.runpytest_subprocess("-p", "mpk", "-rf", "--mpk-backend", "gpu")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*device-side assert*", "FAILED*torch_fault*"])
+    result.stdout.no_fnmatch_line("*not run: the CUDA context*")

@@ -14,7 +14,7 @@ import torch
 from mpk_runtime import harness
 from mpk_runtime.errors import BuildError
 from pytest_mpk import Out, SceneTestCase, devices
-from pytest_mpk.prebuild import prebuild
+from pytest_mpk.prebuild import GpuUseInPrebuild, _NoGpu, prebuild
 from pytest_mpk.runner import Setup
 
 CACHED = types.SimpleNamespace(cached=True, entry=None, note=None)  # a build result found in the cache
@@ -139,6 +139,56 @@ def test_the_prebuild_builds_what_the_backend_loads(monkeypatch, tmp_path, backe
     setup = Setup(arch="sm90", backend=backend, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
     assert prebuild([(Norm(), {"hidden": 256}, setup), (Norm(), {"hidden": 512}, setup)], jobs=1) == 0
     assert asked == ([("compile-only", "sm90", True)] * 2 if on_gpu else [("sm90", 2)])
+
+
+@pytest.mark.parametrize(
+    "gpu_call",
+    [
+        lambda: torch.zeros(2, device="cuda"),
+        lambda: torch.as_tensor([1.0], device=torch.device("cuda", 0)),
+        lambda: torch.ones(2).to("cuda:0"),
+        lambda: torch.ones(2).cuda(),
+        lambda: torch.empty(2, device="meta").to(device="cuda"),
+    ],
+)
+def test_the_prebuild_lets_no_torch_call_reach_the_gpu(gpu_call) -> None:
+    """Each call raises before it runs (here without CUDA torch would raise its own error instead)."""
+    with pytest.raises(GpuUseInPrebuild, match="would run on the GPU"), _NoGpu():
+        gpu_call()
+
+
+def test_the_prebuild_lets_cpu_and_meta_calls_run() -> None:
+    with _NoGpu():
+        x = torch.randn(3, generator=torch.Generator().manual_seed(0)).to(torch.float16).to("cpu")
+        m = torch.empty(2, device="meta") + 1
+        assert (x.device.type, m.device.type, str(torch.as_tensor([2]).sum().item())) == ("cpu", "meta", "2")
+
+
+def test_a_case_whose_code_touches_the_gpu_is_left_to_its_own_run(monkeypatch, tmp_path) -> None:
+    """A build that indexes a CUDA tensor out of range faults the GPU when it runs. The prebuild, which
+    makes the graphs of cases other than the one running (an xdist worker's share), must not run it:
+    the process's CUDA context would be lost for every case after it. The others are built. (Without
+    CUDA, as here, torch would refuse the call anyway; tests/gpu/test_context_loss_gpu.py has the fault.)"""
+
+    class Norm(SceneTestCase):
+        def generate_args(self, params):
+            return {"x": torch.randn(2, 256), "w": torch.randn(256), "y": Out(torch.empty(2, 256))}
+
+        def build(self, pk, t, params):
+            if params["fault"]:
+                torch.zeros(2, device="cuda")[torch.tensor([5], device="cuda")].sum().item()
+            pk.rmsnorm_layer(input=t.x, weight=t.w, output=t.y, grid_dim=(2, 1, 1), block_dim=pk.block_dim)
+
+    class FromTheGpu(Norm):
+        def generate_args(self, params):
+            return {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in super().generate_args(params).items()}
+
+    asked = []
+    monkeypatch.setattr(harness, "build_for", lambda pk, on_gpu: asked.append(pk.arch) or CACHED)
+    setup = Setup(arch="sm90", backend=devices.GPU, artifacts=tmp_path, keep_artifacts=False, hang_timeout=5.0, repro="")
+    work = [(Norm(), {"fault": True}, setup), (FromTheGpu(), {"fault": False}, setup), (Norm(), {"fault": False}, setup)]
+    assert prebuild(work, jobs=1) == 0
+    assert asked == ["sm90"]
 
 
 def test_a_batch_that_fails_in_the_prebuild_is_left_to_the_cases(monkeypatch, tmp_path) -> None:
