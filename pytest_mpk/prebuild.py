@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import types
 from collections import deque
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ def _on_gpu(value: Any) -> bool:
         return value.device.type not in ("cpu", "meta")
     if isinstance(value, torch.device):
         return value.type not in ("cpu", "meta")
-    return isinstance(value, str) and value.startswith("cuda")
+    return isinstance(value, str) and re.fullmatch(r"cuda(:\d+)?", value) is not None  # not "cuda_weights.pt"
 
 
 class _NoGpu(TorchFunctionMode):

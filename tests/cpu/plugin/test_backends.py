@@ -14,7 +14,7 @@ import torch
 from mpk_runtime import harness
 from mpk_runtime.errors import BuildError
 from pytest_mpk import Out, SceneTestCase, devices
-from pytest_mpk.prebuild import GpuUseInPrebuild, _NoGpu, prebuild
+from pytest_mpk.prebuild import GpuUseInPrebuild, _NoGpu, _on_gpu, prebuild
 from pytest_mpk.runner import Setup
 
 CACHED = types.SimpleNamespace(cached=True, entry=None, note=None)  # a build result found in the cache
@@ -162,6 +162,8 @@ def test_the_prebuild_lets_cpu_and_meta_calls_run() -> None:
         x = torch.randn(3, generator=torch.Generator().manual_seed(0)).to(torch.float16).to("cpu")
         m = torch.empty(2, device="meta") + 1
         assert (x.device.type, m.device.type, str(torch.as_tensor([2]).sum().item())) == ("cpu", "meta", "2")
+        assert torch.zeros(1).new_tensor([1.0]).add(1, alpha=2).tolist() == [3.0]
+    assert [_on_gpu(v) for v in ("cuda", "cuda:1", "cuda_weights.pt", "cpu", 0)] == [True, True, False, False, False]
 
 
 def test_a_case_whose_code_touches_the_gpu_is_left_to_its_own_run(monkeypatch, tmp_path) -> None:
