@@ -21,6 +21,7 @@ SILU_MUL = ("tests/scenes/silu_mul/test_silu_mul.py",)
 LINEAR_SILU = ("tests/scenes/rmsnorm_linear_silu_mul/test_rmsnorm_linear_silu_mul.py",)
 ARGMAX = ("tests/scenes/argmax/test_argmax.py",)
 ROUTING = ("tests/scenes/moe/test_moe_routing.py",)
+GROUP_ROUTING = ("tests/scenes/moe/test_moe_group_routing.py",)
 EXPERTS = ("tests/scenes/moe/test_moe_experts.py",)
 TOPK_W13 = ("tests/scenes/moe/test_moe_experts.py::TestMoeTopkW13",)
 MOE_ELEMENTWISE = ("tests/scenes/moe/test_moe_elementwise.py",)
@@ -303,6 +304,34 @@ MUTATIONS: list[Mutation] = [
         "if (v == 0.f) v = 0.f; ",
         "",
         ROUTING,
+    ),
+    # --- tasks/common/moe_group_routing.cuh ------------------------------------------------------
+    M(
+        "group-routing-best-one",
+        "wrong reduction",
+        "a group scored by its best expert alone, not its best two",
+        "tasks/common/moe_group_routing.cuh",
+        "key_of(value_of(first) + value_of(second), g)",
+        "key_of(value_of(first), g)",
+        GROUP_ROUTING,
+    ),
+    M(
+        "group-routing-weight-with-bias",
+        "wrong operand",
+        "the weights from the biased choice scores, not the sigmoid scores",
+        "tasks/common/moe_group_routing.cuh",
+        "slot[i] = j + 1, mine = score[i];",
+        "slot[i] = j + 1, mine = choice[i];",
+        GROUP_ROUTING,
+    ),
+    M(
+        "group-routing-group-of-lane",
+        "stride",
+        "an expert's group taken as e % n_group (interleaved), not e / group size (consecutive)",
+        "tasks/common/moe_group_routing.cuh",
+        "(kept_groups >> (e / kGroupSize)) & 1u",
+        "(kept_groups >> (e % NG)) & 1u",
+        GROUP_ROUTING,
     ),
     # --- tasks/common/moe_linear.cuh --------------------------------------------------------------
     M(

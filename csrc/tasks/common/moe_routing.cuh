@@ -11,7 +11,8 @@
 // shares) keeps the token's logits in registers
 // (E / 32 a lane) as 64-bit keys that order by (value, lower index first), and finds the top k by k
 // rounds of a warp arg-max. Slots are staged in shared memory per chunk of 32 tokens, so that the
-// routing rows are written coalesced and each expert's count is summed there.
+// routing rows are written coalesced and each expert's count is summed there (route_tokens, which
+// moe_group_routing.cuh shares).
 #pragma once
 #include <stdint.h>
 
@@ -105,25 +106,14 @@ __device__ __forceinline__ void write_expert_mask(Count count, int32_t *mask) {
   if (threadIdx.x == 0) mask[E] = offset;
 }
 
-}  // namespace routing_detail
-
-template <typename T, int E, int TOPK>
-constexpr unsigned moe_routing_smem_bytes() {
-  return E * routing_detail::kStride * 4;
-}
-
-template <typename T, int E, int TOPK>
-__device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, Runtime const &rt) {
-  static_assert(E >= 1 && E <= 1024, "moe routing: 1 to 1024 experts (a lane keeps E / 32 logits in registers)");
-  static_assert(TOPK >= 1 && TOPK <= E && TOPK <= kWarpSize, "moe routing: 1 <= top-k <= min(E, 32)");
-  using namespace routing_detail;
+// The whole CTA, the layer's routing rows and expert mask: for every active token t of `rows`, a
+// warp calls route(t, lane, put), which puts every expert's slot of the token (put(e, slot), as
+// topk_of_token does) and writes its weights. Slots are staged in shared memory (E * kStride ints)
+// a chunk of kChunk tokens at a time, then written expert-major and counted per expert.
+template <int E, typename Route>
+__device__ __forceinline__ void route_tokens(Runtime const &rt, int rows, Route route, int32_t *routing,
+                                             int32_t *mask) {
   constexpr int kPerThread = (E + kWorkerThreads - 1) / kWorkerThreads;
-
-  T const *logits = task.input<T const>(0);
-  float *weights = task.output<float>(0);
-  int32_t *routing = task.output<int32_t>(1);
-  int32_t *mask = task.output<int32_t>(2);
-  int const rows = task.scalar_i(0);  // the token dimension: routing's row stride
   int const tokens = rt.active_rows(rows);
   int const warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   int *slots = reinterpret_cast<int *>(dynamic_smem);  // [E][kStride]: slot of (expert, token in chunk)
@@ -131,15 +121,8 @@ __device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, R
 
   for (int base = 0; base < tokens; base += kChunk) {
     int const n = min(kChunk, tokens - base);
-    for (int tl = warp; tl < n; tl += kWorkerWarps) {
-      int const t = base + tl;
-      float top = 0.f;
-      float const kept = topk_of_token<T, E, TOPK>(
-          logits + static_cast<size_t>(t) * E, lane, [&](int e, int slot) { slots[e * kStride + tl] = slot; }, top);
-      float const p = lane < TOPK ? expf(kept - top) : 0.f;
-      float const sum = warp_sum(p);
-      if (lane < TOPK) weights[static_cast<size_t>(t) * TOPK + lane] = p / sum;
-    }
+    for (int tl = warp; tl < n; tl += kWorkerWarps)
+      route(base + tl, lane, [&](int e, int slot) { slots[e * kStride + tl] = slot; });
     __syncthreads();
     for (int i = threadIdx.x; i < E * n; i += kWorkerThreads) {
       int const e = i / n, tl = i % n;
@@ -155,6 +138,33 @@ __device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, R
   }
 
   write_expert_mask<E>([&](int i) { return count[i]; }, mask);
+}
+
+}  // namespace routing_detail
+
+template <typename T, int E, int TOPK>
+constexpr unsigned moe_routing_smem_bytes() {
+  return E * routing_detail::kStride * 4;
+}
+
+template <typename T, int E, int TOPK>
+__device__ __forceinline__ void moe_topk_softmax_routing(TaskDesc const &task, Runtime const &rt) {
+  static_assert(E >= 1 && E <= 1024, "moe routing: 1 to 1024 experts (a lane keeps E / 32 logits in registers)");
+  static_assert(TOPK >= 1 && TOPK <= E && TOPK <= kWarpSize, "moe routing: 1 <= top-k <= min(E, 32)");
+  T const *logits = task.input<T const>(0);
+  float *weights = task.output<float>(0);
+  int const rows = task.scalar_i(0);  // the token dimension: routing's row stride
+  routing_detail::route_tokens<E>(
+      rt, rows,
+      [&](int t, int lane, auto put) {
+        float top = 0.f;
+        float const kept =
+            routing_detail::topk_of_token<T, E, TOPK>(logits + static_cast<size_t>(t) * E, lane, put, top);
+        float const p = lane < TOPK ? expf(kept - top) : 0.f;
+        float const sum = warp_sum(p);
+        if (lane < TOPK) weights[static_cast<size_t>(t) * TOPK + lane] = p / sum;
+      },
+      task.output<int32_t>(1), task.output<int32_t>(2));
 }
 
 }  // namespace tasks

@@ -2,8 +2,10 @@
 router linear -> moe_topk_softmax_routing -> moe_w13_linear -> moe_silu_mul (or fused into w13) ->
 moe_w2_linear -> moe_mul_sum_add (+ residual); golden: pytorch_reference.moe_block in this folder.
 The `topk_w13` cases route in the gate / up layer instead (moe_topk_w13_linear, from the router
-logits, beside moe_topk_softmax_routing), and the `w2_sum` cases run the down projection and the
-weighted sum as one layer (moe_w2_mul_sum_add), as the decode benchmark and the model do.
+logits, beside moe_topk_softmax_routing), the `w2_sum` cases run the down projection and the
+weighted sum as one layer (moe_w2_mul_sum_add), as the decode benchmark and the model do, and the
+`groups` cases route as DeepSeek-V3 does (moe_sigmoid_group_routing; their bias is zero, or 2 for
+the last group's experts, so that no choice turns on a rounding of the sigmoid).
 
 The input and the router weight are multiples of 1/4 and 1/8, so every router logit is computed
 exactly in fp32 by any summation order and rounds to the same bf16 on the GPU as in the golden: the
@@ -61,6 +63,32 @@ class TestMoeBlock(SceneTestCase):
         ),
         Case("e128_k8_ties_a37_w2_sum", experts=128, topk=8, active=37, pattern="ties", tasks=8, fused=False, w2_sum=True),
         Case(
+            "e64_k8_groups8_kept4_uniform_a64_w2_sum",
+            experts=64,
+            topk=8,
+            active=64,
+            pattern="uniform",
+            tasks=8,
+            fused=True,
+            w2_sum=True,
+            groups=8,
+            kept=4,
+            scale=2.5,
+            last_group_bias=True,
+        ),  # fmt: skip
+        Case(
+            "e64_k6_groups4_kept2_ties_a9",
+            experts=64,
+            topk=6,
+            active=9,
+            pattern="ties",
+            tasks=5,
+            fused=False,
+            groups=4,
+            kept=2,
+            scale=1.0,
+        ),
+        Case(
             "e64_k1_one_expert_a64_topk_w13",
             experts=64,
             topk=1,
@@ -102,6 +130,10 @@ class TestMoeBlock(SceneTestCase):
             "y": Out(torch.empty(b, k, HIDDEN, dtype=bf)),
             "output": Out(torch.empty(b, HIDDEN, dtype=bf)),
         }
+        if params.get("groups"):
+            args["score_bias"] = torch.zeros(e)
+            if params.get("last_group_bias"):
+                args["score_bias"][e - e // params["groups"] :] = 2.0
         if not params["fused"]:
             args["mid"] = Out(torch.empty(b, k, 2 * INTER, dtype=bf))
         if params.get("w2_sum"):
@@ -112,7 +144,15 @@ class TestMoeBlock(SceneTestCase):
         e, tasks, bd = params["experts"], params["tasks"], pk.block_dim
         route = dict(routing_indices=t.routing_indices, expert_mask=t.expert_mask)
         pk.linear_layer(input=t.input, weight=t.router_weight, output=t.logits, grid_dim=(e // 8, 1, 1), block_dim=bd)
-        pk.moe_topk_softmax_routing_layer(input=t.logits, topk_weights=t.topk_weights, **route, grid_dim=(1, 1, 1), block_dim=bd)
+        if params.get("groups"):
+            pk.moe_sigmoid_group_routing_layer(
+                input=t.logits, score_bias=t.score_bias, topk_weights=t.topk_weights, **route, n_group=params["groups"],
+                topk_group=params["kept"], routed_scaling_factor=params["scale"], grid_dim=(1, 1, 1), block_dim=bd,
+            )  # fmt: skip
+        else:
+            pk.moe_topk_softmax_routing_layer(
+                input=t.logits, topk_weights=t.topk_weights, **route, grid_dim=(1, 1, 1), block_dim=bd
+            )
         if params.get("topk_w13"):
             w13 = dict(router_logits=t.logits, output=t.act, grid_dim=(tasks, 1, 1), block_dim=bd)
             pk.moe_topk_w13_linear_layer(input=t.input, weight=t.w13, **w13)
@@ -134,9 +174,10 @@ class TestMoeBlock(SceneTestCase):
 
     def compute_golden(self, args, params):
         a, e = int(args.meta.num_new_tokens[0]), params["experts"]
+        group = (args.score_bias, params["groups"], params["kept"], params["scale"]) if params.get("groups") else None
         want = moe_block(
             args.input[:a], args.router_weight, args.w13, args.w2, args.residual[:a], params["topk"], params["fused"],
-            params.get("w2_sum", False),
+            params.get("w2_sum", False), group,
         )  # fmt: skip
         golden = {"expert_mask": want.pop("expert_mask")}
         r = want.pop("routing_indices")
