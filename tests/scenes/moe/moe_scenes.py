@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from mpk_runtime.harness import find_reference
-from pytest_mpk import Expected, active_tokens
+from pytest_mpk import Expected, Out, active_tokens
 
 MAX_TOKENS = 64  # rows of every token dimension: max_num_batched_tokens; one build serves 1..64 active
 PATTERNS = ("uniform", "one_expert", "all_same", "ties", "zeros", "signed_zeros", "few_experts", "nan")
@@ -31,6 +31,28 @@ def padded(value: torch.Tensor, active: int) -> Expected:
     full = torch.zeros(MAX_TOKENS, *value.shape[1:], dtype=value.dtype)
     full[:active] = value
     return Expected(full, written=live(active))
+
+
+def routing_outputs(experts: int, topk: int) -> dict[str, Out]:
+    """A routing layer's outputs over the MAX_TOKENS rows."""
+    return {
+        "topk_weights": Out(torch.empty(MAX_TOKENS, topk)),
+        "routing_indices": Out(torch.empty(experts, MAX_TOKENS, dtype=torch.int32)),
+        "expert_mask": Out(torch.empty(experts + 1, dtype=torch.int32)),
+    }
+
+
+def routing_golden(weights: torch.Tensor, routing: torch.Tensor, mask: torch.Tensor, active: int) -> dict:
+    """The golden of a routing layer from its reference's outputs for the `active` tokens: the columns
+    of the other tokens zero and marked unwritten."""
+    experts, k = routing.shape[0], weights.shape[1]
+    return {
+        "topk_weights": Expected(torch.cat([weights, torch.zeros(MAX_TOKENS - active, k)]), written=live(active)),
+        "routing_indices": Expected(
+            torch.cat([routing, torch.zeros(experts, MAX_TOKENS - active, dtype=torch.int32)], 1), written=live(active, experts)
+        ),
+        "expert_mask": mask,
+    }
 
 
 def logits(pattern: str, experts: int, tokens: int = MAX_TOKENS) -> torch.Tensor:

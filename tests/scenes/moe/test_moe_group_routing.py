@@ -11,9 +11,9 @@ import torch
 from hypothesis import strategies as st
 
 from mpk_runtime.harness import find_reference
-from pytest_mpk import Case, Expected, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, live, logits
+from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, logits, routing_golden, routing_outputs
 
 reference = find_reference("moe_sigmoid_group_routing")
 BIASES = ("zero", "coarse", "decides")
@@ -78,9 +78,7 @@ class TestMoeGroupRouting(SceneTestCase):
         return {
             "input": logits(params["pattern"], e).to(dtype),
             "score_bias": score_bias(params["bias"], e, params["groups"]),
-            "topk_weights": Out(torch.empty(MAX_TOKENS, k)),
-            "routing_indices": Out(torch.empty(e, MAX_TOKENS, dtype=torch.int32)),
-            "expert_mask": Out(torch.empty(e + 1, dtype=torch.int32)),
+            **routing_outputs(e, k),
         }
 
     def build(self, pk, t, params):
@@ -99,18 +97,12 @@ class TestMoeGroupRouting(SceneTestCase):
         )
 
     def compute_golden(self, args, params):
-        active, e, k = int(args.meta.num_new_tokens[0]), params["experts"], params["topk"]
+        active, k = int(args.meta.num_new_tokens[0]), params["topk"]
         assert active == params["active"]
         w, r, m = reference(
             args.input[:active], args.score_bias, k, params["groups"], params["kept"], params["norm"], params["scale"]
         )
-        return {
-            "topk_weights": Expected(torch.cat([w, torch.zeros(MAX_TOKENS - active, k)]), written=live(active)),
-            "routing_indices": Expected(
-                torch.cat([r, torch.zeros(e, MAX_TOKENS - active, dtype=torch.int32)], 1), written=live(active, e)
-            ),
-            "expert_mask": m,
-        }
+        return routing_golden(w, r, m, active)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ active tokens of a 64-token batch (columns of inactive tokens stay unwritten).""
 import torch
 from hypothesis import strategies as st
 
-from pytest_mpk import Case, Expected, Out, SceneTestCase, scene_test
+from pytest_mpk import Case, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, live, logits, routing_reference
+from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, logits, routing_golden, routing_outputs, routing_reference
 
 
 @scene_test(layer="moe_topk_softmax_routing")
@@ -43,9 +43,7 @@ class TestMoeRouting(SceneTestCase):
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[params["dtype"]]
         return {
             "input": logits(params["pattern"], e).to(dtype),
-            "topk_weights": Out(torch.empty(MAX_TOKENS, k)),
-            "routing_indices": Out(torch.empty(e, MAX_TOKENS, dtype=torch.int32)),
-            "expert_mask": Out(torch.empty(e + 1, dtype=torch.int32)),
+            **routing_outputs(e, k),
         }
 
     def build(self, pk, t, params):
@@ -59,16 +57,10 @@ class TestMoeRouting(SceneTestCase):
         )
 
     def compute_golden(self, args, params):
-        active, e, k = int(args.meta.num_new_tokens[0]), params["experts"], params["topk"]
+        active, k = int(args.meta.num_new_tokens[0]), params["topk"]
         assert active == params["active"]
         w, r, m = routing_reference(args.input[:active], k)
-        return {
-            "topk_weights": Expected(torch.cat([w, torch.zeros(MAX_TOKENS - active, k)]), written=live(active)),
-            "routing_indices": Expected(
-                torch.cat([r, torch.zeros(e, MAX_TOKENS - active, dtype=torch.int32)], 1), written=live(active, e)
-            ),
-            "expert_mask": m,
-        }
+        return routing_golden(w, r, m, active)
 
 
 if __name__ == "__main__":
