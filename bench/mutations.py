@@ -320,8 +320,8 @@ MUTATIONS: list[Mutation] = [
         "wrong operand",
         "the weights from the biased choice scores, not the sigmoid scores",
         "tasks/common/moe_group_routing.cuh",
-        "slot[i] = j + 1, mine = score[i];",
-        "slot[i] = j + 1, mine = choice[i];",
+        "mine = score[i];",
+        "mine = choice[i];",
         GROUP_ROUTING,
     ),
     M(

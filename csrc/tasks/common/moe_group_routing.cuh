@@ -10,7 +10,7 @@
 //
 // A warp per token, E / 32 experts a lane as in moe_routing.cuh. Each group's best two come from two
 // warp arg-maxes over the lanes' keys of that group (2 NG of them), the kept groups from TG rounds
-// over lane g's group key, the choices from TOPK rounds over the kept experts' keys; the owner lane
+// over lane g's group key, the choices from topk_of_keys over the kept experts' keys; the owner lane
 // of each choice hands its score over with a shuffle.
 #pragma once
 #include <stdint.h>
@@ -21,20 +21,6 @@
 
 namespace mpk {
 namespace tasks {
-namespace group_routing_detail {
-
-// The warp's largest key (every lane gets it).
-__device__ __forceinline__ unsigned long long warp_max_key(unsigned long long key) {
-#pragma unroll
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    unsigned long long const other = __shfl_xor_sync(0xffffffffu, key, o);
-    key = other > key ? other : key;
-  }
-  return key;
-}
-
-}  // namespace group_routing_detail
-
 template <typename T, int E, int TOPK, int NG, int TG, bool NORM>
 constexpr unsigned moe_group_routing_smem_bytes() {
   return E * routing_detail::kStride * 4;
@@ -47,7 +33,6 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
   static_assert(TG >= 1 && TG <= NG, "moe group routing: 1 <= kept groups <= groups");
   static_assert(TOPK >= 1 && TOPK <= TG * (E / NG) && TOPK <= kWarpSize, "moe group routing: 1 <= top-k <= 32");
   using namespace routing_detail;
-  using group_routing_detail::warp_max_key;
   constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize, kGroupSize = E / NG;
 
   T const *logits = task.input<T const>(0);
@@ -83,7 +68,7 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
                 k = c > k ? c : k;
               }
             }
-            return warp_max_key(k);
+            return warp_reduce(k, MaxOp());
           };
           unsigned long long const first = best_of_group(-1);
           unsigned long long const second = best_of_group(expert_of(first));
@@ -92,36 +77,26 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
         uint32_t kept_groups = 0u;  // bit g: group g kept
 #pragma unroll 1
         for (int j = 0; j < TG; ++j) {
-          unsigned long long const best = warp_max_key((kept_groups >> lane) & 1u ? 0ull : group_key);
+          unsigned long long const best = warp_reduce((kept_groups >> lane) & 1u ? 0ull : group_key, MaxOp());
           kept_groups |= 1u << expert_of(best);
         }
-        // The choices: TOPK rounds of the warp arg-max over the kept groups' experts.
+        // The choices: the TOPK largest keys of the kept groups' experts; lane j keeps the j-th one's score.
         unsigned long long key[kPerLane];
-        int slot[kPerLane];
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           int const e = lane + i * kWarpSize;
           key[i] = e < E && (kept_groups >> (e / kGroupSize)) & 1u ? key_of(choice[i], e) : 0ull;
-          slot[i] = 0;
         }
-        float kept = 0.f;  // lane j: the j-th choice's score
-#pragma unroll 1
-        for (int j = 0; j < TOPK; ++j) {
-          unsigned long long best = 0ull;
-#pragma unroll
-          for (int i = 0; i < kPerLane; ++i) best = slot[i] == 0 && key[i] > best ? key[i] : best;
-          best = warp_max_key(best);
+        float kept = 0.f;
+        topk_of_keys<E, TOPK>(key, lane, put, [&](int j, unsigned long long best) {
           int const e = expert_of(best);
-          float mine = 0.f;
+          float mine = 0.f;  // the owner lane's score of e
 #pragma unroll
           for (int i = 0; i < kPerLane; ++i)
-            if (lane + i * kWarpSize == e) slot[i] = j + 1, mine = score[i];
+            if (lane + i * kWarpSize == e) mine = score[i];
           float const s = __shfl_sync(0xffffffffu, mine, e % kWarpSize);
           if (lane == j) kept = s;
-        }
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i)
-          if (lane + i * kWarpSize < E) put(lane + i * kWarpSize, slot[i]);
+        });
         float const sum = NORM ? warp_sum(lane < TOPK ? kept : 0.f) : 1.f;
         float const norm = NORM ? sum + 1e-20f : 1.f;
         if (lane < TOPK) weights[static_cast<size_t>(t) * TOPK + lane] = kept / norm * scale;

@@ -48,43 +48,52 @@ __device__ __forceinline__ int expert_of(unsigned long long key) {
   return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
 }
 
-// One warp, one token: the TOPK largest of the E logits at `row` in decreasing order (ties: the lower
-// expert first; NaN as -inf). Calls put(e, slot) once for every expert e < E, from the lane that
-// holds it: slot j + 1 if e is the token's j-th choice, else 0. Returns, in lane j < TOPK, the j-th
-// kept logit, and sets `top` (every lane) to the largest.
-template <typename T, int E, int TOPK, typename Put>
-__device__ __forceinline__ float topk_of_token(T const *row, int lane, Put put, float &top) {
+// One warp, one token: the TOPK largest of the E keys (E / 32 a lane: key[i] is expert lane + 32 i;
+// 0 is below every expert's key, and is never picked while a key is left) in decreasing order.
+// Calls picked(j, best) in every lane after the j-th pick (best: its key), then put(e, slot) once for
+// every expert e < E, from the lane that holds it: slot j + 1 if e is the j-th pick, else 0.
+template <int E, int TOPK, typename Put, typename Picked>
+__device__ __forceinline__ void topk_of_keys(unsigned long long const (&key)[(E + kWarpSize - 1) / kWarpSize], int lane,
+                                             Put put, Picked picked) {
   constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
-  unsigned long long key[kPerLane];
   int slot[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    int const e = lane + i * kWarpSize;
-    key[i] = e < E ? key_of(to_float(row[e]), e) : 0ull;  // 0: below every expert's key
-    slot[i] = 0;
-  }
-  float kept = 0.f;  // lane j keeps the j-th choice's logit
+  for (int i = 0; i < kPerLane; ++i) slot[i] = 0;
 #pragma unroll 1
   for (int j = 0; j < TOPK; ++j) {
     unsigned long long best = 0ull;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
-#pragma unroll
-    for (int o = kWarpSize / 2; o > 0; o /= 2) {
-      unsigned long long const other = __shfl_xor_sync(0xffffffffu, best, o);
-      best = other > best ? other : best;
-    }
+    best = warp_reduce(best, MaxOp());
     int const e = expert_of(best);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
       if (lane + i * kWarpSize == e) slot[i] = j + 1;
-    float const v = value_of(best);
-    if (j == 0) top = v;
-    if (lane == j) kept = v;
+    picked(j, best);
   }
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
     if (lane + i * kWarpSize < E) put(lane + i * kWarpSize, slot[i]);
+}
+
+// One warp, one token: the TOPK largest of the E logits at `row` in decreasing order (ties: the lower
+// expert first; NaN as -inf), by topk_of_keys. Returns, in lane j < TOPK, the j-th kept logit, and
+// sets `top` (every lane) to the largest.
+template <typename T, int E, int TOPK, typename Put>
+__device__ __forceinline__ float topk_of_token(T const *row, int lane, Put put, float &top) {
+  constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
+  unsigned long long key[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    int const e = lane + i * kWarpSize;
+    key[i] = e < E ? key_of(to_float(row[e]), e) : 0ull;  // 0: below every expert's key
+  }
+  float kept = 0.f;  // lane j keeps the j-th choice's logit
+  topk_of_keys<E, TOPK>(key, lane, put, [&](int j, unsigned long long best) {
+    float const v = value_of(best);
+    if (j == 0) top = v;
+    if (lane == j) kept = v;
+  });
   return kept;
 }
 
