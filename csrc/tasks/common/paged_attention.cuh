@@ -68,8 +68,9 @@ constexpr int kRowBatch = 4;  // rows a warp normalizes at a time (their loads i
 constexpr int kKeyRowBatch = 8;
 // 16-key chunks a warp takes under one online-softmax update where it has that many of a tile (a
 // prefill's warps: their m-tiles share few warps each). On an H200 a 4096-token prefill took 3% less
-// time with 2 than with 1, and 5% less with 4, but 4 spilled registers in every sm90 variant and made
-// the model's decode 2.4% slower (PERFORMANCE.md, twenty-ninth session).
+// time with 2 than with 1, and 3-5% less with 4, but 4 spilled registers in three of the four sm90
+// variants built (all but two kv heads a task) and made the model's decode 2.4% slower
+// (PERFORMANCE.md, twenty-ninth session).
 constexpr int kWideStep = 2;
 // Runtime::mark's phases (tasks/paged_attention.py names them): each pass marks the first four.
 constexpr int kPhaseRequested = 0, kPhaseQ = 1, kPhaseKeys = 2, kPhaseRows = 3, kPhaseCounted = 4;
