@@ -7,7 +7,10 @@ routed and against torch, in one run.
   w2 with the weighted sum + residual; w13 routes the tokens itself from the logits, beside the
   routing task (moe_topk_w13_linear; --w13 routed: moe_w13_linear after the routing task), and w2
   sums each token's experts itself (moe_w2_mul_sum_add, each task owning H / T columns; --w2 split:
-  moe_w2_linear, then moe_mul_sum_add). One block costs
+  moe_w2_linear, then moe_mul_sum_add). --routing group routes DeepSeek-V3's way instead
+  (moe_sigmoid_group_routing: sigmoid scores plus a bias, the 4 best of 8 groups, scaled by 2.5);
+  gate / up then waits for it (moe_w13_linear), as no gate / up layer routes that way itself.
+  One block costs
   (T(LAYERS) - T(BASE)) / (LAYERS - BASE), which removes the launch's fixed cost (the per-launch
   time / LAYERS is reported too). BASE = 2: a 1-block launch at 1 token was at times host-bound on
   an H200 (the host took 48-54 us to issue it, its GPU time about 50 us), which makes T(1) the host's.
@@ -23,6 +26,7 @@ routed and against torch, in one run.
   median of each phase the expert layers' bodies mark (Runtime::mark).
 
     python bench/bench_moe.py [--profile] [--batches 1,4] [--w13 topk|routed] [--w2 sum|split]
+                              [--routing softmax|group]
     # writes $OUT/bench_moe.json; table last
 """
 
@@ -53,7 +57,9 @@ LAYERS = 4
 BASE = 2  # blocks of the launch subtracted: enough GPU time per launch that the host keeps up
 ROUTER_TASKS, COMBINE_TASKS = E // 8, H // 64
 bf = torch.bfloat16
-routing_reference = find_reference("moe_topk_softmax_routing")
+GROUPS, KEPT_GROUPS, SCALE = 8, 4, 2.5  # --routing group: DeepSeek-V3's groups and scaling, on these experts
+softmax_reference = find_reference("moe_topk_softmax_routing")
+group_reference = find_reference("moe_sigmoid_group_routing")
 
 
 def make_layers(seed: int = 0) -> list[dict]:
@@ -63,7 +69,12 @@ def make_layers(seed: int = 0) -> list[dict]:
         return (torch.randn(*shape, device="cuda", generator=g) * scale).to(bf)
 
     return [
-        {"wr": rnd(E, H, scale=H**-0.5), "w13": rnd(E, 2 * I, H, scale=H**-0.5), "w2": rnd(E, H, I, scale=I**-0.5)}
+        {
+            "wr": rnd(E, H, scale=H**-0.5),
+            "w13": rnd(E, 2 * I, H, scale=H**-0.5),
+            "w2": rnd(E, H, I, scale=I**-0.5),
+            "bias": (torch.randn(E, device="cuda", generator=g) * 0.1).float(),  # --routing group's score_bias
+        }
         for _ in range(LAYERS)
     ]
 
@@ -77,13 +88,15 @@ def megakernel(
     compiled: bool = True,
     routing_in_w13: bool = True,
     w2_sum: bool = True,
+    group_routing: bool = False,
     **params,
 ):
     """A kernel running the first `count` blocks (compiled unless `compiled=False`); returns it and each
     block's tensors (CUDA). routing_in_w13: gate / up routes the tokens itself (moe_topk_w13_linear,
     beside the routing task); else it waits for the routing task (moe_w13_linear). w2_sum: the down
     projection sums each token's experts itself (moe_w2_mul_sum_add; no `y`); else moe_w2_linear and
-    moe_mul_sum_add."""
+    moe_mul_sum_add. group_routing: moe_sigmoid_group_routing instead of the softmax routing (gate / up
+    then waits for it whatever routing_in_w13 says)."""
     pk = layer_bench.kernel(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, **params)
     tasks, bd = pk.params.num_workers, pk.block_dim
     X = pk.attach_input(x, "x")
@@ -102,10 +115,16 @@ def megakernel(
         a = {n: pk.attach_input(v, f"{n}{i}") for n, v in {**t, **layers[i], "res": res[i]}.items()}
         route = dict(routing_indices=a["routing_indices"], expert_mask=a["expert_mask"])
         pk.linear_layer(input=X, weight=a["wr"], output=a["logits"], grid_dim=(ROUTER_TASKS, 1, 1), block_dim=bd)
-        pk.moe_topk_softmax_routing_layer(
-            input=a["logits"], topk_weights=a["topk_weights"], **route, grid_dim=(1, 1, 1), block_dim=bd
-        )
-        if routing_in_w13:  # beside the routing task, which keeps a worker of its own
+        if group_routing:
+            pk.moe_sigmoid_group_routing_layer(
+                input=a["logits"], score_bias=a["bias"], topk_weights=a["topk_weights"], **route, n_group=GROUPS,
+                topk_group=KEPT_GROUPS, routed_scaling_factor=SCALE, grid_dim=(1, 1, 1), block_dim=bd,
+            )  # fmt: skip
+        else:
+            pk.moe_topk_softmax_routing_layer(
+                input=a["logits"], topk_weights=a["topk_weights"], **route, grid_dim=(1, 1, 1), block_dim=bd
+            )
+        if routing_in_w13 and not group_routing:  # beside the routing task, which keeps a worker of its own
             pk.moe_topk_w13_linear_layer(
                 input=X, weight=a["w13"], router_logits=a["logits"], output=a["act"], grid_dim=(tasks - 1, 1, 1), block_dim=bd
             )
@@ -143,6 +162,7 @@ def prebuild(batches, cc: int, mode: dict) -> None:
         x = torch.empty(batch, H, dtype=bf, device="meta")
         shapes = {"wr": (E, H), "w13": (E, 2 * I, H), "w2": (E, H, I)}
         layers = [{n: torch.empty(*shape, dtype=bf, device="meta") for n, shape in shapes.items()}]
+        layers[0]["bias"] = torch.empty(E, device="meta")
         pk, _ = megakernel(batch, layers, 1, x, [x.clone()], compiled=False, compile_only=True, target_cc=cc, **mode)
         harness.build_for(pk, on_gpu=True)
 
@@ -153,14 +173,30 @@ def prebuild(batches, cc: int, mode: dict) -> None:
         print(f"prebuild: {type(e).__name__}: {e}")
 
 
-def torch_route(x, p):
-    vals, idx = F.linear(x, p["wr"]).float().topk(K, dim=-1)
+def torch_route(x, p, group: bool):
+    """The routing weights and experts of the tokens x: softmax over the top k, or DeepSeek-V3's (group)."""
+    logits = F.linear(x, p["wr"])
+    if group:
+        return torch_group_route(logits, p["bias"])
+    vals, idx = logits.float().topk(K, dim=-1)
     return torch.softmax(vals, dim=-1), idx
 
 
-def torch_loop(x, res, p):
+def torch_group_route(logits, bias, groups=GROUPS, kept=KEPT_GROUPS, topk=K, scale=SCALE):
+    """DeepSeek-V3's routing in torch ops: the weights (normalized, scaled) and the experts."""
+    scores = logits.float().sigmoid()
+    choice = scores + bias
+    group_scores = choice.view(choice.shape[0], groups, -1).topk(2, dim=-1).values.sum(dim=-1)
+    keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, group_scores.topk(kept, dim=-1).indices, True)
+    choice = choice.masked_fill(~keep.repeat_interleave(choice.shape[1] // groups, dim=1), float("-inf"))
+    idx = choice.topk(topk, dim=-1).indices
+    w = scores.gather(1, idx)
+    return w / w.sum(dim=-1, keepdim=True) * scale, idx
+
+
+def torch_loop(x, res, p, group: bool = False):
     """Eager: one gate/up and down matmul per routed expert, on the rows routed to it."""
-    w, idx = torch_route(x, p)
+    w, idx = torch_route(x, p, group)
     out = res.float()
     flat = idx.flatten()
     for e in flat.unique().tolist():
@@ -172,9 +208,9 @@ def torch_loop(x, res, p):
     return out.to(bf)
 
 
-def torch_static(x, res, p):
+def torch_static(x, res, p, group: bool = False):
     """Static shapes (CUDA-graph-able): the expert weights of every (token, slot) row gathered, then bmm."""
-    w, idx = torch_route(x, p)
+    w, idx = torch_route(x, p, group)
     flat = idx.flatten()
     xs = x.repeat_interleave(K, dim=0)[:, :, None]
     gu = torch.bmm(p["w13"].index_select(0, flat), xs)[..., 0]
@@ -183,13 +219,13 @@ def torch_static(x, res, p):
     return ((y.float() * w.flatten()[:, None]).view(-1, K, H).sum(dim=1) + res.float()).to(bf)
 
 
-def chain(fn, x, res, layers):
+def chain(fn, x, res, layers, group: bool):
     for r, p in zip(res, layers):
-        x = fn(x, r, p)
+        x = fn(x, r, p, group)
     return x
 
 
-def check(blocks, layers) -> list[str]:
+def check(blocks, layers, group: bool) -> list[str]:
     """Problems of the megakernel's blocks against fp32 math on their own routing (empty: all good)."""
     bad = []
     for i, (b, p) in enumerate(zip(blocks, layers)):
@@ -197,7 +233,10 @@ def check(blocks, layers) -> list[str]:
         logits = x @ p["wr"].float().T
         if (b["logits"].float() - logits).abs().max() > 0.02 * logits.abs().max() + 1e-2:
             bad.append(f"block {i}: router logits off")
-        w, r, m = routing_reference(b["logits"].cpu(), K)
+        if group:
+            w, r, m = group_reference(b["logits"].cpu(), p["bias"].cpu(), K, GROUPS, KEPT_GROUPS, True, SCALE)
+        else:
+            w, r, m = softmax_reference(b["logits"].cpu(), K)
         if not (torch.equal(r, b["routing_indices"].cpu()) and torch.equal(m, b["expert_mask"].cpu())):
             bad.append(f"block {i}: routing differs from the reference routing of its logits")
         if not torch.allclose(w, b["topk_weights"].cpu(), rtol=1e-5, atol=1e-6):
@@ -260,8 +299,13 @@ def main() -> None:
         "--w2", choices=("sum", "split"), default="sum",
         help="down projection: sums each token's experts itself (sum, default), or moe_w2_linear then moe_mul_sum_add (split)",
     )  # fmt: skip
+    ap.add_argument(
+        "--routing", choices=("softmax", "group"), default="softmax",
+        help="Qwen3's top-k softmax routing (default), or DeepSeek-V3's group routing (gate / up then waits for it)",
+    )  # fmt: skip
     args = ap.parse_args()
-    mode = dict(routing_in_w13=args.w13 == "topk", w2_sum=args.w2 == "sum")
+    group = args.routing == "group"
+    mode = dict(routing_in_w13=args.w13 == "topk", w2_sum=args.w2 == "sum", group_routing=group)
     batches = [int(b) for b in args.batches.split(",") if b]
     facts = timing.device_facts()
     cc = args.target_cc or torch.cuda.get_device_capability()[0] * 10
@@ -282,18 +326,18 @@ def main() -> None:
         mpk_us = (t_many - t_base) / (LAYERS - BASE)
         experts = [int((b["expert_mask"][1:] > b["expert_mask"][:-1]).sum()) for b in blocks]
         floor_us = statistics.mean((n * expert_bytes + router_bytes) / (copy * 1e12) * 1e6 for n in experts[BASE:])
-        problems += [f"B={batch} {p}" for p in check(blocks, layers)]
+        problems += [f"B={batch} {p}" for p in check(blocks, layers, group)]
         base.finalize()
         many.finalize()
 
-        eager_us = timing.time_us(lambda: chain(torch_loop, x, res, layers), reps=3, warmup=1, rounds=3) / LAYERS  # noqa: B023
+        eager_us = timing.time_us(lambda: chain(torch_loop, x, res, layers, group), reps=3, warmup=1, rounds=3) / LAYERS  # noqa: B023
         stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            chain(torch_static, x, res, layers)
+            chain(torch_static, x, res, layers, group)
         torch.cuda.current_stream().wait_stream(stream)
         with torch.cuda.graph(graph):
-            chain(torch_static, x, res, layers)
+            chain(torch_static, x, res, layers, group)
         graph_us = timing.time_us(graph.replay, reps=10, warmup=2, device_bound=True) / LAYERS
         del graph
         torch.cuda.empty_cache()
@@ -319,6 +363,7 @@ def main() -> None:
             "target_cc": cc,
             "w13": args.w13,
             "w2": args.w2,
+            "routing": args.routing,
             "copy_TBps": copy,
             "layers": LAYERS,
             "rows": rows,
@@ -327,7 +372,8 @@ def main() -> None:
     )
 
     print(
-        f"{facts['device']}, {facts['date']}, sm{cc}; copy {copy:.2f} TB/s; E={E} k={K} H={H} I={I}; {LAYERS} blocks in a chain"
+        f"{facts['device']}, {facts['date']}, sm{cc}; copy {copy:.2f} TB/s; E={E} k={K} H={H} I={I}; {LAYERS} blocks in a chain; "
+        f"routing {args.routing}, w13 {'routed' if group else args.w13}, w2 {args.w2}"
     )
     for r in rows:
         if "layer_spans_us" in r:

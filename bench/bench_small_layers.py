@@ -1,8 +1,9 @@
-"""rmsnorm, silu_mul, embed and greedy sampling (argmax_partial + argmax_reduce) inside the
-megakernel, next to their torch equivalents, in one run. These layers move little data at decode
-batch sizes, so their time is latency: the profiler's span of the layer inside the megakernel
-(median over launches) against one call of the torch op. What matters is that they are not the
-bottleneck of a block. Each has its own entry point, bench/bench_<layer>.py, which runs only its rows.
+"""rmsnorm, silu_mul, embed, greedy sampling (argmax_partial + argmax_reduce) and the two MoE routings
+(moe_topk_softmax_routing, moe_sigmoid_group_routing) inside the megakernel, next to their torch
+equivalents, in one run. These layers move little data at decode batch sizes, so their time is
+latency: the profiler's span of the layer inside the megakernel (median over launches) against one
+call of the torch op. What matters is that they are not the bottleneck of a block. Each has its own
+entry point, bench/bench_<layer>.py (bench_moe_routing.py for the routings), which runs only its rows.
 
     python bench/bench_small_layers.py    # writes $OUT/bench_small_layers.json
 """
@@ -16,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
+import bench_moe  # noqa: E402
+
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
 
@@ -134,7 +137,47 @@ def sampling(copy: float) -> list[layer_bench.Result]:
     return out
 
 
-LAYERS = {"rmsnorm": rmsnorm, "silu_mul": silu_mul, "embed": embed, "argmax": sampling}
+def routing(copy: float) -> list[layer_bench.Result]:
+    """Qwen3-30B-A3B's routing (E 128, top 8, softmax) and DeepSeek-V3's (E 256, top 8 of the 4 best of 8
+    groups, sigmoid plus bias, scaled by 2.5). torch computes the weights and the expert indices only;
+    the layers also write the expert-major routing rows and the expert mask that the expert layers read."""
+    out = []
+    for label, experts, groups, kept in (("softmax e128", 128, None, None), ("group e256 g8/4", 256, 8, 4)):
+        for batch in (1, 64):
+            topk = 8
+            logits = [torch.randn(batch, experts, dtype=bf, device="cuda") for _ in range(COPIES)]
+            bias = (torch.randn(experts, device="cuda") * 0.1).float()
+
+            def build(pk, i, logits=logits, bias=bias, batch=batch, experts=experts, groups=groups, kept=kept, topk=topk):
+                outs = {
+                    "topk_weights": pk.new_tensor((batch, topk), torch.float32, f"w{i}"),
+                    "routing_indices": pk.new_tensor((experts, batch), torch.int32, f"r{i}"),
+                    "expert_mask": pk.new_tensor((experts + 1,), torch.int32, f"m{i}"),
+                }
+                x = pk.attach_input(logits[i], f"l{i}")
+                if groups is None:
+                    pk.moe_topk_softmax_routing_layer(input=x, **outs, grid_dim=(1, 1, 1), block_dim=pk.block_dim)
+                else:
+                    pk.moe_sigmoid_group_routing_layer(
+                        input=x, score_bias=pk.attach_input(bias, f"b{i}"), **outs, n_group=groups, topk_group=kept,
+                        norm_topk_prob=True, routed_scaling_factor=2.5, grid_dim=(1, 1, 1), block_dim=pk.block_dim,
+                    )  # fmt: skip
+
+            def torch_op(i, logits=logits, bias=bias, groups=groups, kept=kept, topk=topk):
+                if groups is None:
+                    w, idx = torch.softmax(logits[i].float(), dim=-1).topk(topk, dim=-1)
+                    w / w.sum(dim=-1, keepdim=True)
+                    return
+                bench_moe.torch_group_route(logits[i], bias, groups, kept, topk, 2.5)
+
+            params = dict(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch)
+            nbytes = batch * experts * 2 + batch * topk * 4 + experts * batch * 4 + (experts + 1) * 4
+            name = f"routing {label} b{batch}"
+            out.append(layer_bench.measure_latency(name, build, torch_op, nbytes, COPIES, copy, **params))
+    return out
+
+
+LAYERS = {"rmsnorm": rmsnorm, "silu_mul": silu_mul, "embed": embed, "argmax": sampling, "routing": routing}
 
 
 def main(only: str | None = None) -> None:
