@@ -8,10 +8,14 @@
 //   routing, mask  as moe_topk_softmax_routing writes them (route_tokens)
 // Ties resolve to the lower index (expert or group), through the keys of moe_routing.cuh.
 //
-// A warp per token, E / 32 experts a lane as in moe_routing.cuh. Each group's best two come from two
-// warp arg-maxes over the lanes' keys of that group (2 NG of them), the kept groups from TG rounds
-// over lane g's group key, the choices from topk_of_keys over the kept experts' keys; the owner lane
-// of each choice hands its score over with a shuffle.
+// A warp per token, E / 32 experts a lane as in moe_routing.cuh. A group's best two are values only
+// (their sum is all that counts), so every lane first keeps the best two of its own experts of each
+// group and one butterfly merges the pairs of all NG groups at once: NG independent chains of five
+// steps, not two dependent warp arg-maxes a group. Every lane then holds every group's score and
+// counts, for each group, the groups ahead of it (NG * NG compares, no shuffle; a lane's own group
+// picked out of the array would put the array in local memory). The choices come from
+// topk_of_keys over the kept experts' keys; the owner lane of each choice hands its score over with
+// a shuffle.
 #pragma once
 #include <stdint.h>
 
@@ -21,6 +25,22 @@
 
 namespace mpk {
 namespace tasks {
+namespace group_routing_detail {
+
+// (first >= second) becomes the best two of {first, second, v}.
+__device__ __forceinline__ void insert_pair(float v, float &first, float &second) {
+  second = fmaxf(second, fminf(first, v));
+  first = fmaxf(first, v);
+}
+
+// (first >= second) becomes the best two of {first, second, b, c}, where b >= c.
+__device__ __forceinline__ void merge_pairs(float b, float c, float &first, float &second) {
+  second = fmaxf(fminf(first, b), fmaxf(second, c));
+  first = fmaxf(first, b);
+}
+
+}  // namespace group_routing_detail
+
 template <typename T, int E, int TOPK, int NG, int TG, bool NORM>
 constexpr unsigned moe_group_routing_smem_bytes() {
   return E * routing_detail::kStride * 4;
@@ -33,6 +53,7 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
   static_assert(TG >= 1 && TG <= NG, "moe group routing: 1 <= kept groups <= groups");
   static_assert(TOPK >= 1 && TOPK <= TG * (E / NG) && TOPK <= kWarpSize, "moe group routing: 1 <= top-k <= 32");
   using namespace routing_detail;
+  using namespace group_routing_detail;
   constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize, kGroupSize = E / NG;
 
   T const *logits = task.input<T const>(0);
@@ -54,31 +75,40 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
           score[i] = 1.f / (1.f + expf(-v));
           choice[i] = e < E ? score[i] + bias[e] : 0.f;
         }
-        // Each group's score, the sum of its best two; lane g keeps group g's as a key.
-        unsigned long long group_key = 0ull;
-#pragma unroll 1
-        for (int g = 0; g < NG; ++g) {
-          auto best_of_group = [&](int skip) {
-            unsigned long long k = 0ull;
+        // Each group's best two choice scores (values: -inf until seen), per lane, then over the warp.
+        float top1[NG], top2[NG];
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
-              int const e = lane + i * kWarpSize;
-              if (e < E && e / kGroupSize == g && e != skip) {
-                unsigned long long const c = key_of(choice[i], e);
-                k = c > k ? c : k;
-              }
-            }
-            return warp_reduce(k, MaxOp());
-          };
-          unsigned long long const first = best_of_group(-1);
-          unsigned long long const second = best_of_group(expert_of(first));
-          if (lane == g) group_key = key_of(value_of(first) + value_of(second), g);
+        for (int g = 0; g < NG; ++g) top1[g] = top2[g] = __uint_as_float(0xff800000u);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          int const e = lane + i * kWarpSize;
+#pragma unroll
+          for (int g = 0; g < NG; ++g) {
+            // Only the groups that expert lane + 32 i is in for some lane (constants once unrolled).
+            if (g < i * kWarpSize / kGroupSize || g > (i * kWarpSize + kWarpSize - 1) / kGroupSize) continue;
+            if (e < E && e / kGroupSize == g) insert_pair(choice[i], top1[g], top2[g]);
+          }
         }
+#pragma unroll
+        for (int o = kWarpSize / 2; o > 0; o /= 2) {
+#pragma unroll
+          for (int g = 0; g < NG; ++g) {
+            float const b = __shfl_xor_sync(0xffffffffu, top1[g], o), c = __shfl_xor_sync(0xffffffffu, top2[g], o);
+            merge_pairs(b, c, top1[g], top2[g]);
+          }
+        }
+        float group_score[NG];  // in every lane
+#pragma unroll
+        for (int g = 0; g < NG; ++g) group_score[g] = top1[g] + top2[g];
+        // Group g is kept if fewer than TG groups are ahead of it: a higher score, or the same and a lower index.
         uint32_t kept_groups = 0u;  // bit g: group g kept
-#pragma unroll 1
-        for (int j = 0; j < TG; ++j) {
-          unsigned long long const best = warp_reduce((kept_groups >> lane) & 1u ? 0ull : group_key, MaxOp());
-          kept_groups |= 1u << expert_of(best);
+#pragma unroll
+        for (int g = 0; g < NG; ++g) {
+          int ahead = 0;
+#pragma unroll
+          for (int h = 0; h < NG; ++h)
+            ahead += group_score[h] > group_score[g] || (group_score[h] == group_score[g] && h < g);
+          kept_groups |= static_cast<uint32_t>(ahead < TG) << g;
         }
         // The choices: the TOPK largest keys of the kept groups' experts; lane j keeps the j-th one's score.
         unsigned long long key[kPerLane];
