@@ -16,6 +16,34 @@ from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task,
 MAX_GROUPS = 32  # lane g keeps group g's score
 
 
+def check_group_routing(where: str, bias: Any, experts: int, k: int, values: dict[str, Any]) -> None:
+    """The checks of a group routing's score_bias (a TensorSpec), options n_group, topk_group and
+    norm_topk_prob, and k choices of E experts, shared by the layers that route this way."""
+    if bias.shape != (experts,):
+        raise ShapeError(f"{where}: score_bias must have shape ({experts},), one per expert, got {bias.shape}")
+    if bias.dtype.torch != torch.float32:
+        raise DTypeError(f"{where}: score_bias ({bias!r}) must be float32")
+    groups, kept, norm = values["n_group"], values["topk_group"], values["norm_topk_prob"]
+    for name, v in (("n_group", groups), ("topk_group", kept)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ConfigError(f"{where}: {name}={v!r} must be a positive integer, e.g. {name}=8")
+    if not isinstance(norm, bool):
+        raise ConfigError(f"{where}: norm_topk_prob={norm!r} must be True or False")
+    if experts > MAX_EXPERTS or groups > MAX_GROUPS or experts % groups or experts // groups < 2:
+        raise ShapeError(
+            f"{where}: n_group={groups} groups of E={experts} experts; the task takes E <= {MAX_EXPERTS} and "
+            f"n_group <= {MAX_GROUPS} dividing E into groups of 2 experts or more (a group scores its best two)"
+        )
+    if kept > groups:
+        raise ShapeError(f"{where}: topk_group={kept} groups kept of n_group={groups}; keep at most n_group")
+    eligible = kept * (experts // groups)
+    if not 1 <= k <= min(eligible, MAX_TOPK):
+        raise ShapeError(
+            f"{where}: k={k} experts per token; the task takes 1 <= k <= {MAX_TOPK}, and the kept groups hold "
+            f"{eligible} experts (topk_group={kept} of {experts // groups} experts each)"
+        )
+
+
 @register_task
 class MoeSigmoidGroupRouting(TaskSpec):
     name = "moe_sigmoid_group_routing"
@@ -48,34 +76,12 @@ class MoeSigmoidGroupRouting(TaskSpec):
         if x.num_dims != 2:
             raise ShapeError(f"{where}: input must be router logits (tokens, experts), got {x.shape}")
         tokens, experts = x.shape
-        if b.shape != (experts,):
-            raise ShapeError(f"{where}: score_bias must have shape ({experts},), one per expert, got {b.shape}")
-        if b.dtype.torch != torch.float32:
-            raise DTypeError(f"{where}: score_bias ({b!r}) must be float32")
-        groups, kept, norm = values["n_group"], values["topk_group"], values["norm_topk_prob"]
-        for name, v in (("n_group", groups), ("topk_group", kept)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ConfigError(f"{where}: {name}={v!r} must be a positive integer, e.g. {name}=8")
-        if not isinstance(norm, bool):
-            raise ConfigError(f"{where}: norm_topk_prob={norm!r} must be True or False")
+        if w.num_dims != 2 or w.shape[0] != tokens:
+            raise ShapeError(f"{where}: topk_weights must be (tokens, k) = ({tokens}, k), got {w.shape}")
+        check_group_routing(where, b, experts, w.shape[1], values)
         scale = values["routed_scaling_factor"]
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < float(scale) < math.inf:
             raise ConfigError(f"{where}: routed_scaling_factor={scale!r} must be a positive number, e.g. 2.5")
-        if experts > MAX_EXPERTS or groups > MAX_GROUPS or experts % groups or experts // groups < 2:
-            raise ShapeError(
-                f"{where}: n_group={groups} groups of E={experts} experts; the task takes E <= {MAX_EXPERTS} and "
-                f"n_group <= {MAX_GROUPS} dividing E into groups of 2 experts or more (a group scores its best two)"
-            )
-        if kept > groups:
-            raise ShapeError(f"{where}: topk_group={kept} groups kept of n_group={groups}; keep at most n_group")
-        if w.num_dims != 2 or w.shape[0] != tokens:
-            raise ShapeError(f"{where}: topk_weights must be (tokens, k) = ({tokens}, k), got {w.shape}")
-        k, eligible = w.shape[1], kept * (experts // groups)
-        if not 1 <= k <= min(eligible, MAX_TOPK):
-            raise ShapeError(
-                f"{where}: k={k} experts per token; the task takes 1 <= k <= {MAX_TOPK}, and the kept groups hold "
-                f"{eligible} experts (topk_group={kept} of {experts // groups} experts each)"
-            )
         check_routing_outputs(where, args, tokens, experts)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
