@@ -8,8 +8,8 @@ routed and against torch, in one run.
   routing task (moe_topk_w13_linear; --w13 routed: moe_w13_linear after the routing task), and w2
   sums each token's experts itself (moe_w2_mul_sum_add, each task owning H / T columns; --w2 split:
   moe_w2_linear, then moe_mul_sum_add). --routing group routes DeepSeek-V3's way instead
-  (moe_sigmoid_group_routing: sigmoid scores plus a bias, the 4 best of 8 groups, scaled by 2.5);
-  gate / up then waits for it (moe_w13_linear), as no gate / up layer routes that way itself.
+  (moe_sigmoid_group_routing: sigmoid scores plus a bias, the 4 best of 8 groups, scaled by 2.5),
+  and gate / up with it (moe_group_w13_linear; --w13 routed: moe_w13_linear after the routing).
   One block costs
   (T(LAYERS) - T(BASE)) / (LAYERS - BASE), which removes the launch's fixed cost (the per-launch
   time / LAYERS is reported too). BASE = 2: a 1-block launch at 1 token was at times host-bound on
@@ -95,8 +95,8 @@ def megakernel(
     block's tensors (CUDA). routing_in_w13: gate / up routes the tokens itself (moe_topk_w13_linear,
     beside the routing task); else it waits for the routing task (moe_w13_linear). w2_sum: the down
     projection sums each token's experts itself (moe_w2_mul_sum_add; no `y`); else moe_w2_linear and
-    moe_mul_sum_add. group_routing: moe_sigmoid_group_routing instead of the softmax routing (gate / up
-    then waits for it whatever routing_in_w13 says)."""
+    moe_mul_sum_add. group_routing: moe_sigmoid_group_routing instead of the softmax routing, and
+    moe_group_w13_linear instead of moe_topk_w13_linear."""
     pk = layer_bench.kernel(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch, **params)
     tasks, bd = pk.params.num_workers, pk.block_dim
     X = pk.attach_input(x, "x")
@@ -124,7 +124,12 @@ def megakernel(
             pk.moe_topk_softmax_routing_layer(
                 input=a["logits"], topk_weights=a["topk_weights"], **route, grid_dim=(1, 1, 1), block_dim=bd
             )
-        if routing_in_w13 and not group_routing:  # beside the routing task, which keeps a worker of its own
+        if routing_in_w13 and group_routing:  # beside the routing task, which keeps a worker of its own
+            pk.moe_group_w13_linear_layer(
+                input=X, weight=a["w13"], router_logits=a["logits"], score_bias=a["bias"], output=a["act"], n_group=GROUPS,
+                topk_group=KEPT_GROUPS, grid_dim=(tasks - 1, 1, 1), block_dim=bd,
+            )  # fmt: skip
+        elif routing_in_w13:
             pk.moe_topk_w13_linear_layer(
                 input=X, weight=a["w13"], router_logits=a["logits"], output=a["act"], grid_dim=(tasks - 1, 1, 1), block_dim=bd
             )
@@ -301,7 +306,7 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument(
         "--routing", choices=("softmax", "group"), default="softmax",
-        help="Qwen3's top-k softmax routing (default), or DeepSeek-V3's group routing (gate / up then waits for it)",
+        help="Qwen3's top-k softmax routing (default), or DeepSeek-V3's group routing",
     )  # fmt: skip
     args = ap.parse_args()
     group = args.routing == "group"
@@ -373,7 +378,7 @@ def main() -> None:
 
     print(
         f"{facts['device']}, {facts['date']}, sm{cc}; copy {copy:.2f} TB/s; E={E} k={K} H={H} I={I}; {LAYERS} blocks in a chain; "
-        f"routing {args.routing}, w13 {'routed' if group else args.w13}, w2 {args.w2}"
+        f"routing {args.routing}, w13 {args.w13}, w2 {args.w2}"
     )
     for r in rows:
         if "layer_spans_us" in r:

@@ -22,6 +22,7 @@ LINEAR_SILU = ("tests/scenes/rmsnorm_linear_silu_mul/test_rmsnorm_linear_silu_mu
 ARGMAX = ("tests/scenes/argmax/test_argmax.py",)
 ROUTING = ("tests/scenes/moe/test_moe_routing.py",)
 GROUP_ROUTING = ("tests/scenes/moe/test_moe_group_routing.py",)
+GROUP_W13 = ("tests/scenes/moe/test_moe_experts.py::TestMoeGroupW13",)
 EXPERTS = ("tests/scenes/moe/test_moe_experts.py",)
 TOPK_W13 = ("tests/scenes/moe/test_moe_experts.py::TestMoeTopkW13",)
 MOE_ELEMENTWISE = ("tests/scenes/moe/test_moe_elementwise.py",)
@@ -417,6 +418,16 @@ MUTATIONS: list[Mutation] = [
         "slots, RS, mask, task.output<T>(0)",
         "slots, B, mask, task.output<T>(0)",
         TOPK_W13,
+    ),
+    # --- tasks/common/moe_group_w13_linear.cuh ----------------------------------------------------
+    M(
+        "group-w13-every-group-kept",
+        "wrong operand",
+        "gate / up chooses among all n_group groups (topk_group passed as n_group): its experts are not the routing layer's",
+        "tasks/common/moe_group_w13_linear.cuh",
+        "group_choices_of_token<TL, E, TOPK, NG, TG>",
+        "group_choices_of_token<TL, E, TOPK, NG, NG>",
+        GROUP_W13,
     ),
     # --- tasks/common/moe_silu_mul.cuh, moe_mul_sum_add.cuh ---------------------------------------
     M(

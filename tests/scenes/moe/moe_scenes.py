@@ -1,6 +1,6 @@
 """What the MoE scenes share: the batch they run in (MAX_TOKENS rows of tokens, of which `active`
-are live, set through the meta tensors), router logits for each routing case, and routing data
-for the expert layers tested alone."""
+are live, set through the meta tensors), router logits for each routing case, score biases for the
+group routing, and routing data for the expert layers tested alone."""
 
 from __future__ import annotations
 
@@ -94,3 +94,20 @@ def routing(pattern: str, experts: int, topk: int, active: int) -> tuple[torch.T
     routing_indices = torch.randint(1, topk + 1, (experts, MAX_TOKENS), dtype=torch.int32)
     routing_indices[:, :active] = r
     return weights, routing_indices, m
+
+
+BIASES = ("zero", "coarse", "decides")
+
+
+def score_bias(kind: str, experts: int, groups: int) -> torch.Tensor:
+    """zero; coarse: -0.5, 0 or 0.5 at random; decides: +2 for the last group's experts, whose
+    sigmoid scores alone could not make them win (they are at most 1 apart)."""
+    if kind == "zero":
+        return torch.zeros(experts)
+    if kind == "coarse":
+        return torch.randint(-1, 2, (experts,)).float() / 2
+    if kind == "decides":
+        bias = torch.zeros(experts)
+        bias[experts - experts // groups :] = 2.0
+        return bias
+    raise ValueError(f"bias {kind!r}; use one of {BIASES}")

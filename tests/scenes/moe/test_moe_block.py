@@ -4,8 +4,9 @@ moe_w2_linear -> moe_mul_sum_add (+ residual); golden: pytorch_reference.moe_blo
 The `topk_w13` cases route in the gate / up layer instead (moe_topk_w13_linear, from the router
 logits, beside moe_topk_softmax_routing), the `w2_sum` cases run the down projection and the
 weighted sum as one layer (moe_w2_mul_sum_add), as the decode benchmark and the model do, and the
-`groups` cases route as DeepSeek-V3 does (moe_sigmoid_group_routing; their bias is zero, or 2 for
-the last group's experts, so that no choice turns on a rounding of the sigmoid).
+`groups` cases route as DeepSeek-V3 does (moe_sigmoid_group_routing, and with `topk_w13`
+moe_group_w13_linear; their bias is zero, or 2 for the last group's experts, so that no choice turns
+on a rounding of the sigmoid).
 
 The input and the router weight are multiples of 1/4 and 1/8, so every router logit is computed
 exactly in fp32 by any summation order and rounds to the same bf16 on the GPU as in the golden: the
@@ -89,6 +90,34 @@ class TestMoeBlock(SceneTestCase):
             scale=1.0,
         ),
         Case(
+            "e64_k8_groups8_kept4_uniform_a1_group_w13_w2_sum",
+            experts=64,
+            topk=8,
+            active=1,
+            pattern="uniform",
+            tasks=16,
+            fused=True,
+            topk_w13=True,
+            w2_sum=True,
+            groups=8,
+            kept=4,
+            scale=2.5,
+            last_group_bias=True,
+        ),
+        Case(
+            "e128_k8_groups8_kept2_ties_a9_group_w13",
+            experts=128,
+            topk=8,
+            active=9,
+            pattern="ties",
+            tasks=13,
+            fused=True,
+            topk_w13=True,
+            groups=8,
+            kept=2,
+            scale=1.0,
+        ),
+        Case(
             "e64_k1_one_expert_a64_topk_w13",
             experts=64,
             topk=1,
@@ -155,7 +184,11 @@ class TestMoeBlock(SceneTestCase):
             )
         if params.get("topk_w13"):
             w13 = dict(router_logits=t.logits, output=t.act, grid_dim=(tasks, 1, 1), block_dim=bd)
-            pk.moe_topk_w13_linear_layer(input=t.input, weight=t.w13, **w13)
+            if params.get("groups"):  # gate / up routes as the group routing layer does
+                groups = dict(score_bias=t.score_bias, n_group=params["groups"], topk_group=params["kept"])
+                pk.moe_group_w13_linear_layer(input=t.input, weight=t.w13, **groups, **w13)
+            else:
+                pk.moe_topk_w13_linear_layer(input=t.input, weight=t.w13, **w13)
         elif params["fused"]:
             pk.moe_w13_linear_layer(input=t.input, weight=t.w13, **route, output=t.act, grid_dim=(tasks, 1, 1), block_dim=bd)
         else:

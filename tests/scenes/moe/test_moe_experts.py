@@ -1,6 +1,7 @@
 """Scene tests of the expert linears, moe_w13_linear (gate / up, optionally with SiLU-mul fused) and
-moe_w2_linear (down), each alone on routing data from the reference, moe_topk_w13_linear (the
-routing computed in the task from router logits, then gate / up) and moe_w2_mul_sum_add (down and
+moe_w2_linear (down), each alone on routing data from the reference, moe_topk_w13_linear and
+moe_group_w13_linear (the routing computed in the task from router logits, the softmax top-k or
+DeepSeek-V3's group routing, then gate / up) and moe_w2_mul_sum_add (down and
 the weighted sum plus the residual, each task owning columns): routing cases with experts of no
 tokens, one expert with every token (64 tokens: four m16 tiles), ties, NaN logits, k = 1 to 8,
 E = 8, 64, 128, 1 to 64 active tokens of a 64-token batch, and grids of 1 to 13 tasks sharing the
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from pytest_mpk import Case, Out, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, logits, padded, routing
+from .moe_scenes import BIASES, MAX_TOKENS, PATTERNS, kernel_params, logits, padded, routing, score_bias
 
 HIDDEN, INTER = 256, 128
 
@@ -152,6 +153,60 @@ class TestMoeTopkW13(SceneTestCase):
         a, k = params["active"], params["topk"]
         w13 = find_reference("moe_topk_w13_linear")
         return padded(w13(args.input[:a], args.weight, args.router_logits[:a], k, params["fused"]), a)
+
+
+@scene_test(layer="moe_group_w13_linear")
+class TestMoeGroupW13(SceneTestCase):
+    CASES = [
+        Case("e128_g8_t4_k8_uniform_a1_t7_fused", experts=128, groups=8, kept=4, topk=8, active=1, pattern="uniform",
+             tasks=7, fused=True, bias="coarse"),
+        Case("e64_g8_t3_k6_ties_a23_t3", experts=64, groups=8, kept=3, topk=6, active=23, pattern="ties", tasks=3,
+             fused=False, bias="coarse"),
+        Case("e64_g4_t1_k8_bias_decides_a64_t8_fused", experts=64, groups=4, kept=1, topk=8, active=64, pattern="uniform",
+             tasks=8, fused=True, bias="decides"),
+        Case("e64_g32_t8_k8_all_same_a40_t5_fused", experts=64, groups=32, kept=8, topk=8, active=40, pattern="all_same",
+             tasks=5, fused=True, bias="zero"),
+        Case("e128_g8_t4_k8_nan_a20_t13_fused_fp32", experts=128, groups=8, kept=4, topk=8, active=20, pattern="nan",
+             tasks=13, fused=True, bias="zero", fp32=True),
+        Case("e8_g4_t1_k1_zeros_a9_t1", experts=8, groups=4, kept=1, topk=1, active=9, pattern="zeros", tasks=1,
+             fused=False, bias="zero"),
+    ]  # fmt: skip
+    SWEEP = {
+        **SWEEP,
+        "groups": st.just(8),
+        "kept": st.just(4),
+        "bias": st.sampled_from(BIASES),
+        "fused": st.just(True),
+    }
+
+    def kernel_params(self, params):
+        return kernel_params(params["active"])
+
+    def generate_args(self, params):
+        dtype = torch.float32 if params.get("fp32") else torch.bfloat16
+        e = params["experts"]
+        return {
+            **w13_tensors(params),
+            "router_logits": logits(params["pattern"], e).to(dtype),
+            "score_bias": score_bias(params["bias"], e, params["groups"]),
+        }
+
+    def build(self, pk, t, params):
+        pk.moe_group_w13_linear_layer(
+            input=t.input, weight=t.weight, output=t.output, router_logits=t.router_logits, score_bias=t.score_bias,
+            n_group=params["groups"], topk_group=params["kept"], **grid(pk, params),
+        )  # fmt: skip
+
+    def compute_golden(self, args, params):
+        from mpk_runtime.harness import find_reference
+
+        a, k = params["active"], params["topk"]
+        w13 = find_reference("moe_group_w13_linear")
+        out = w13(
+            args.input[:a], args.weight, args.router_logits[:a], args.score_bias, k, params["groups"], params["kept"],
+            params["fused"],
+        )  # fmt: skip
+        return padded(out, a)
 
 
 @scene_test(layer="moe_w2_mul_sum_add")

@@ -13,24 +13,9 @@ from hypothesis import strategies as st
 from mpk_runtime.harness import find_reference
 from pytest_mpk import Case, SceneTestCase, scene_test
 
-from .moe_scenes import MAX_TOKENS, PATTERNS, kernel_params, logits, routing_golden, routing_outputs
+from .moe_scenes import BIASES, MAX_TOKENS, PATTERNS, kernel_params, logits, routing_golden, routing_outputs, score_bias
 
 reference = find_reference("moe_sigmoid_group_routing")
-BIASES = ("zero", "coarse", "decides")
-
-
-def score_bias(kind: str, experts: int, groups: int) -> torch.Tensor:
-    """zero; coarse: -0.5, 0 or 0.5 at random; decides: +2 for the last group's experts, whose
-    sigmoid scores alone could not make them win (they are at most 1 apart)."""
-    if kind == "zero":
-        return torch.zeros(experts)
-    if kind == "coarse":
-        return torch.randint(-1, 2, (experts,)).float() / 2
-    if kind == "decides":
-        bias = torch.zeros(experts)
-        bias[experts - experts // groups :] = 2.0
-        return bias
-    raise ValueError(f"bias {kind!r}; use one of {BIASES}")
 
 
 def case(name: str, experts: int, groups: int, kept: int, topk: int, active: int, pattern: str, **kw) -> Case:
