@@ -25,6 +25,7 @@ class MoeGroupW13Linear(MoeTopkW13Linear):
     smem_function = "mpk::tasks::moe_group_w13_linear_smem_bytes"
     reference = "moe_group_w13_linear"
     phases = ("routing: group choices of the logits, expert mask", *ExpertLinear.phases)
+    routing_layer = "moe_sigmoid_group_routing"
     doc = """moe_sigmoid_group_routing's choices and moe_w13_linear's gate / up projection in one
     layer, for decode-sized batches: moe_topk_w13_linear with DeepSeek-V3's routing. input (tokens,
     H); weight (E, 2 * I, H), each expert's gate rows then its up rows; router_logits (tokens, E),

@@ -30,6 +30,7 @@ class MoeTopkW13Linear(ExpertLinear):
     smem_function = "mpk::tasks::moe_topk_w13_linear_smem_bytes"
     reference = "moe_topk_w13_linear"
     phases = ("routing: top-k of the logits, expert mask", *ExpertLinear.phases)
+    routing_layer = "moe_topk_softmax_routing"  # the layer that routes this way alone, for batches too large
     doc = """moe_topk_softmax_routing's routing and moe_w13_linear's gate / up projection in one layer,
     for decode-sized batches. input (tokens, H); weight (E, 2 * I, H), each expert's gate rows then
     its up rows; router_logits (tokens, E), float32, bfloat16 or float16; output (tokens, k, 2 * I)
@@ -65,7 +66,7 @@ class MoeTopkW13Linear(ExpertLinear):
         if slots > MAX_SLOTS:
             raise ShapeError(
                 f"{self.name}: {experts} experts x {tokens} token rows need {slots} routing slots in shared memory, "
-                f"more than {MAX_SLOTS}; use moe_topk_softmax_routing and moe_w13_linear for batches this large"
+                f"more than {MAX_SLOTS}; use {self.routing_layer} and moe_w13_linear for batches this large"
             )
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:

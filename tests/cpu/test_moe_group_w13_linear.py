@@ -55,7 +55,11 @@ def layer(pk, experts=64, k=8, tokens=16, bias=None, **kw):
         (dict(topk_group=True), ConfigError, "topk_group=True must be a positive integer"),
         (dict(bias=torch.empty(32)), ShapeError, "score_bias must have shape (64,), one per expert, got (32,)"),
         (dict(bias=torch.empty(64, dtype=bf)), DTypeError, "score_bias (DTensor('b'"),
-        (dict(experts=1024, n_group=8), ShapeError, "1024 experts x 16 token rows need 17408 routing slots"),
+        (
+            dict(experts=1024, n_group=8),
+            ShapeError,
+            "17408 routing slots in shared memory, more than 16384; use moe_sigmoid_group_routing and moe_w13_linear",
+        ),
     ],
 )
 def test_arguments_are_checked(make_pk, change, error, words):

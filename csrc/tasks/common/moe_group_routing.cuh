@@ -15,7 +15,8 @@
 // counts, for each group, the groups ahead of it (NG * NG compares, no shuffle; a lane's own group
 // picked out of the array would put the array in local memory). The choices come from
 // topk_of_keys over the kept experts' keys; the owner lane of each choice hands its score over with
-// a shuffle.
+// a shuffle. All of this but the weights is group_choices_of_token, which moe_group_w13_linear.cuh
+// shares.
 #pragma once
 #include <stdint.h>
 
