@@ -10,9 +10,9 @@
 // __LINE__) to the runner, which switches fibers there and names the site in its reports.
 //
 // Semantics follow the CUDA programming guide and the PTX ISA: atomics are relaxed; __syncthreads and
-// __syncwarp order memory among the threads they synchronize; shuffles and votes synchronize the
-// lanes of their mask but order no memory. Device math (rsqrtf, __expf, ...) is computed with the
-// host's libm: the same function, not the same bits.
+// __syncwarp order memory among the threads they synchronize; shuffles, votes, warp reductions and
+// matches synchronize the lanes of their mask but order no memory. Device math (rsqrtf, __expf, ...)
+// is computed with the host's libm: the same function, not the same bits.
 #pragma once
 
 #ifndef MPK_HOST_EMULATION
@@ -65,6 +65,115 @@ struct SyncwarpAt {
   void operator()(unsigned mask = 0xffffffffu) const { warp_collective(site, kSyncwarp, mask, 0, 0, 32); }
 };
 
+// __reduce_*_sync (redux.sync): every lane of the mask gets op over the values of the mask's lanes.
+// The op is a type, so that each reduction is its own collective: lanes of one warp at two different
+// reductions are a mismatch, as on the device.
+struct ReduceAdd {
+  template <typename T>
+  T operator()(T a, T b) const {  // wraps, as redux.sync.add does: the sum in unsigned arithmetic
+    return static_cast<T>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+  }
+};
+struct ReduceMin {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return b < a ? b : a;
+  }
+};
+struct ReduceMax {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a < b ? b : a;
+  }
+};
+struct ReduceAnd {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a & b;
+  }
+};
+struct ReduceOr {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a | b;
+  }
+};
+struct ReduceXor {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return a ^ b;
+  }
+};
+
+template <typename T, typename Op>
+void reduce_lanes(void const *const *ins, void *const *outs) {
+  bool any = false;
+  T acc{};
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!ins[lane]) continue;  // not in the mask
+    T const v = *static_cast<T const *>(ins[lane]);
+    acc = any ? Op()(acc, v) : v;
+    any = true;
+  }
+  for (int lane = 0; lane < 32; ++lane)
+    if (outs[lane]) *static_cast<T *>(outs[lane]) = acc;
+}
+
+// CUDA declares add, min and max for int and unsigned, and and / or / xor for unsigned only.
+template <typename Op, typename V>
+inline auto warp_reduce_sync(Site site, char const *name, unsigned mask, V value) {
+  static_assert(std::is_integral_v<V> && sizeof(V) <= 4, "__reduce_*_sync takes an int or unsigned value");
+  using T = std::conditional_t<std::is_signed_v<V>, int, unsigned>;
+  T const in = static_cast<T>(value);
+  T out;
+  warp_exchange(site, name, mask, &in, &out, &reduce_lanes<T, Op>);
+  return out;
+}
+template <typename Op>
+inline unsigned warp_reduce_bits_sync(Site site, char const *name, unsigned mask, unsigned value) {
+  unsigned out;
+  warp_exchange(site, name, mask, &value, &out, &reduce_lanes<unsigned, Op>);
+  return out;
+}
+
+// __match_any_sync / __match_all_sync (match.sync on the value's 32 or 64 bits): each lane of the mask
+// gets the lanes of the mask whose value has the same bits; all: the mask if every lane's does, else 0.
+struct MatchOut {
+  unsigned lanes;
+  int all;
+};
+// kAll only tells the two matches apart as collectives (each its own combine): the result is the same.
+template <typename Bits, bool kAll>
+void match_lanes(void const *const *ins, void *const *outs) {
+  unsigned mask = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    if (ins[lane]) mask |= 1u << lane;
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!ins[lane]) continue;
+    Bits const mine = *static_cast<Bits const *>(ins[lane]);
+    unsigned same = 0;
+    for (int other = 0; other < 32; ++other)
+      if (ins[other] && *static_cast<Bits const *>(ins[other]) == mine) same |= 1u << other;
+    *static_cast<MatchOut *>(outs[lane]) = MatchOut{same, same == mask};
+  }
+}
+template <bool kAll, typename V>
+inline MatchOut match_sync(Site site, char const *name, unsigned mask, V value) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "__match_*_sync takes a 32- or 64-bit value");
+  using Bits = std::conditional_t<sizeof(V) == 4, uint32_t, uint64_t>;
+  Bits in;
+  memcpy(&in, &value, sizeof in);
+  MatchOut out;
+  warp_exchange(site, name, mask, &in, &out, &match_lanes<Bits, kAll>);
+  return out;
+}
+template <typename V>
+inline unsigned match_all_sync(Site site, unsigned mask, V value, int *pred) {
+  MatchOut const out = match_sync<true>(site, "__match_all_sync", mask, value);
+  *pred = out.all;
+  return out.all ? out.lanes : 0u;
+}
+
 template <typename T>
 struct Same {
   using type = T;
@@ -116,6 +225,20 @@ constexpr int warpSize = 32;
 #define __ballot_sync(m, p) ::mpk::emu::vote(MPK_EMU_SITE, ::mpk::emu::kBallot, (m), (p))
 #define __any_sync(m, p) static_cast<int>(::mpk::emu::vote(MPK_EMU_SITE, ::mpk::emu::kAny, (m), (p)))
 #define __all_sync(m, p) static_cast<int>(::mpk::emu::vote(MPK_EMU_SITE, ::mpk::emu::kAll, (m), (p)))
+#define __reduce_add_sync(m, v) \
+  ::mpk::emu::warp_reduce_sync<::mpk::emu::ReduceAdd>(MPK_EMU_SITE, "__reduce_add_sync", (m), (v))
+#define __reduce_min_sync(m, v) \
+  ::mpk::emu::warp_reduce_sync<::mpk::emu::ReduceMin>(MPK_EMU_SITE, "__reduce_min_sync", (m), (v))
+#define __reduce_max_sync(m, v) \
+  ::mpk::emu::warp_reduce_sync<::mpk::emu::ReduceMax>(MPK_EMU_SITE, "__reduce_max_sync", (m), (v))
+#define __reduce_and_sync(m, v) \
+  ::mpk::emu::warp_reduce_bits_sync<::mpk::emu::ReduceAnd>(MPK_EMU_SITE, "__reduce_and_sync", (m), (v))
+#define __reduce_or_sync(m, v) \
+  ::mpk::emu::warp_reduce_bits_sync<::mpk::emu::ReduceOr>(MPK_EMU_SITE, "__reduce_or_sync", (m), (v))
+#define __reduce_xor_sync(m, v) \
+  ::mpk::emu::warp_reduce_bits_sync<::mpk::emu::ReduceXor>(MPK_EMU_SITE, "__reduce_xor_sync", (m), (v))
+#define __match_any_sync(m, v) ::mpk::emu::match_sync<false>(MPK_EMU_SITE, "__match_any_sync", (m), (v)).lanes
+#define __match_all_sync(m, v, pred) ::mpk::emu::match_all_sync(MPK_EMU_SITE, (m), (v), (pred))
 #define __nanosleep(ns) ::mpk::emu::yield(MPK_EMU_SITE)
 #define __trap() ::mpk::emu::trap(MPK_EMU_SITE, "__trap()")
 

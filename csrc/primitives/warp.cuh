@@ -29,6 +29,15 @@ __device__ __forceinline__ T warp_reduce(T v, Op op) {
   return v;
 }
 
+// The largest v of the 32 lanes, in every lane, by two redux.sync (sm80 and up): the largest high
+// half, then the largest low half among the lanes that hold it. Five 64-bit shuffle steps otherwise.
+__device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
+  unsigned const hi = __reduce_max_sync(0xffffffffu, static_cast<unsigned>(v >> 32));
+  unsigned const lo =
+      __reduce_max_sync(0xffffffffu, static_cast<unsigned>(v >> 32) == hi ? static_cast<unsigned>(v) : 0u);
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
 // The sum of v over the 32 lanes, in every lane.
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

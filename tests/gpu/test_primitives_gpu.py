@@ -1,4 +1,5 @@
-"""Every PTX primitive of csrc/primitives on the device and in the host emulator, on the same inputs:
+"""Every PTX primitive of csrc/primitives (and CUDA's warp reductions and matches, which the host shim
+provides) on the device and in the host emulator, on the same inputs:
 the kernels of tests/cpu/emulation/primitives.cuh (see primitive_cases.py there), built once with
 nvcc as task bodies launched alone (one thread block, 128 threads: the sm80 path, which runs on
 every supported GPU) and once for the host. Results must be bit-identical, except:
@@ -98,7 +99,8 @@ def test_mma_within_the_stated_bound(device_module, host_module, name, dtype, se
 
 
 @pytest.mark.parametrize(
-    "name", ["cp_async_copy", "loads", "memory_order", "reductions", "vec_bf16", "vec_fp16", "named_barriers"]
+    "name",
+    ["cp_async_copy", "loads", "memory_order", "reductions", "warp_intrinsics", "vec_bf16", "vec_fp16", "named_barriers"],
 )
 def test_bit_identical(device_module, host_module, name):
     _, host, device = both(device_module, host_module, name)

@@ -34,6 +34,7 @@ KERNELS = [
     "shuffle_in_branch",
     "mask_without_caller",
     "source_outside_mask",
+    "reductions_differ",
     "spin_forever",
     "reads_unwritten",
     "smem_overflow",

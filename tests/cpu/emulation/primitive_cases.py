@@ -42,6 +42,7 @@ KERNELS = [
     Kernel("memory_order", "mpk::prim_test::memory_order(task, rt);"),
     Kernel("timer", "mpk::prim_test::timer(task, rt);"),
     Kernel("reductions", "mpk::prim_test::reductions(task, rt);"),
+    Kernel("warp_intrinsics", "mpk::prim_test::warp_intrinsics(task, rt);"),
     Kernel("vec_bf16", "mpk::prim_test::vec_round_trip<__nv_bfloat16>(task, rt);"),
     Kernel("vec_fp16", "mpk::prim_test::vec_round_trip<__half>(task, rt);"),
     Kernel("named_barriers", "mpk::prim_test::named_barriers(task, rt);"),
@@ -123,6 +124,9 @@ def inputs(name: str, seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Ten
     if name == "reductions":
         x = torch.randn(N, generator=g) * torch.logspace(-3, 3, N)  # sums whose order shows in the bits
         return [x], [torch.full((4 * N,), float("nan"))]
+    if name == "warp_intrinsics":
+        v = torch.randint(-(2**31), 2**31, (N,), generator=g, dtype=torch.int64).to(torch.int32)
+        return [v], [torch.full((19 * N,), -1, dtype=torch.int32)]
     if name.startswith("vec"):
         dtype = torch.bfloat16 if name.endswith("bf16") else torch.float16
         per = 16 // dtype.itemsize
@@ -226,6 +230,47 @@ def swizzle128_model(box: torch.Tensor, shared_address: int) -> torch.Tensor:
         a = shared_address + 16 * k
         out[((a ^ (((a >> 7) & 7) << 4)) - shared_address) // 16] = chunks[k]
     return out.flatten().view(box.dtype)
+
+
+def warp_intrinsics_model(v: torch.Tensor) -> list[list[int]]:
+    """The 19 rows of warp_intrinsics (primitives.cuh), each N unsigned 32-bit values, from the CUDA
+    programming guide's wording: a __reduce_*_sync gives every lane of the mask the op over the mask's
+    lanes' values (add wraps; min / max compare as the value's type), a __match_any_sync the lanes of
+    the mask whose value has the same bits, a __match_all_sync the mask if every lane's does (pred 1),
+    else 0 (pred 0); and warp_max (warp.cuh), the largest 64-bit key of the warp."""
+    vals = [int(x) for x in v.tolist()]
+    u32 = [x & 0xFFFFFFFF for x in vals]
+    rows: list[list[int]] = [[0] * N for _ in range(19)]
+
+    def c_mod(a: int, m: int) -> int:  # C's %: the sign of the dividend
+        r = abs(a) % m
+        return -r if a < 0 else r
+
+    for w in range(N // 32):
+        lanes = range(w * 32, w * 32 + 32)
+        sv, uv = [vals[t] for t in lanes], [u32[t] for t in lanes]
+        and_, or_, xor = 0xFFFFFFFF, 0, 0
+        for x in uv:
+            and_, or_, xor = and_ & x, or_ | x, xor ^ x
+        full = [sum(sv) & 0xFFFFFFFF, min(sv) & 0xFFFFFFFF, max(sv) & 0xFFFFFFFF, sum(uv) & 0xFFFFFFFF, min(uv), max(uv),
+                and_, or_, xor]  # fmt: skip
+        part = sum(vals[t] for t in lanes if t % 4 != 3) & 0xFFFFFFFF
+        mod5 = [c_mod(vals[t], 5) for t in lanes]
+        mod3 = [c_mod(vals[t], 3) for t in lanes]
+        last = [7 if t % 32 < 31 else 8 for t in lanes]
+        for i, t in enumerate(lanes):
+            for k, r in enumerate(full):
+                rows[k][t] = r
+            rows[9][t] = part if t % 4 != 3 else 0
+            rows[10][t] = sum(1 << j for j in range(32) if mod5[j] == mod5[i])
+            rows[11][t] = sum(1 << j for j in range(32) if mod3[j] == mod3[i])
+            rows[12][t], rows[13][t] = 0xFFFFFFFF, 1  # every lane of a warp has its warp's number
+            rows[14][t], rows[15][t] = 0, 0 if len(set(last)) > 1 else 1
+            rows[16][t] = sum(1 << j for j in range(16) if vals[w * 32 + j] & 1 == vals[t] & 1) if i < 16 else 0
+        best = max((u32[t] % 4) << 32 | (t % 32 * 37 % 101) for t in lanes)
+        for t in lanes:
+            rows[17][t], rows[18][t] = best & 0xFFFFFFFF, best >> 32
+    return rows
 
 
 def maximum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -114,6 +114,46 @@ __device__ void reductions(TaskDesc const &task, Runtime const &) {
   out[3 * kWorkerThreads + t] = block_reduce(v, MaxOp());
 }
 
+// CUDA's warp reductions and matches (redux.sync, match.sync: sm80 and up), which task bodies may use
+// directly. in: N ints v. out[k * N + t], with u = unsigned(v), lane = t % 32 and full masks unless
+// said: 0-2: __reduce_add / min / max_sync(v); 3-5: the same of u; 6-8: __reduce_and / or /
+// xor_sync(u); 9: __reduce_add_sync(0x77777777, v) in the mask's lanes (lane % 4 != 3), else 0;
+// 10: __match_any_sync(v % 5); 11: __match_any_sync of the 64-bit (v % 3) << 33; 12, 13:
+// __match_all_sync(warp number) and its pred; 14, 15: __match_all_sync(lane < 31 ? 7 : 8) and its
+// pred; 16: __match_any_sync(0x0000ffff, v & 1) in lanes 0-15, else 0; 17, 18: the low and high
+// halves of warp_max (warp.cuh) of the 64-bit key (u % 4) << 32 | (lane * 37 % 101), whose high
+// halves tie, so that the low half decides.
+__device__ void warp_intrinsics(TaskDesc const &task, Runtime const &) {
+  constexpr int N = kWorkerThreads;
+  constexpr unsigned kFull = 0xffffffffu;
+  int const *in = task.input<int const>(0);
+  uint32_t *out = task.output<uint32_t>(0);
+  int const t = threadIdx.x, lane = t % kWarpSize;
+  int const v = in[t];
+  unsigned const u = static_cast<unsigned>(v);
+  out[0 * N + t] = static_cast<uint32_t>(__reduce_add_sync(kFull, v));
+  out[1 * N + t] = static_cast<uint32_t>(__reduce_min_sync(kFull, v));
+  out[2 * N + t] = static_cast<uint32_t>(__reduce_max_sync(kFull, v));
+  out[3 * N + t] = __reduce_add_sync(kFull, u);
+  out[4 * N + t] = __reduce_min_sync(kFull, u);
+  out[5 * N + t] = __reduce_max_sync(kFull, u);
+  out[6 * N + t] = __reduce_and_sync(kFull, u);
+  out[7 * N + t] = __reduce_or_sync(kFull, u);
+  out[8 * N + t] = __reduce_xor_sync(kFull, u);
+  out[9 * N + t] = lane % 4 != 3 ? static_cast<uint32_t>(__reduce_add_sync(0x77777777u, v)) : 0u;
+  out[10 * N + t] = __match_any_sync(kFull, v % 5);
+  out[11 * N + t] = __match_any_sync(kFull, static_cast<unsigned long long>(v % 3 + 3) << 33);
+  int pred = -1;
+  out[12 * N + t] = __match_all_sync(kFull, t / kWarpSize, &pred);
+  out[13 * N + t] = static_cast<uint32_t>(pred);
+  out[14 * N + t] = __match_all_sync(kFull, lane < 31 ? 7 : 8, &pred);
+  out[15 * N + t] = static_cast<uint32_t>(pred);
+  out[16 * N + t] = lane < 16 ? __match_any_sync(0x0000ffffu, v & 1) : 0u;
+  unsigned long long const best = warp_max(static_cast<unsigned long long>(u % 4) << 32 | (lane * 37 % 101));
+  out[17 * N + t] = static_cast<uint32_t>(best);
+  out[18 * N + t] = static_cast<uint32_t>(best >> 32);
+}
+
 // named_barrier_sync: warps 0-1 and warps 2-3 are two groups, each passing 3 (resp. 5) rounds through
 // shared memory ordered only by its own named barrier (1, resp. 2, of 64 threads). Round r: thread t
 // writes in[t] + r, then reads its group neighbour's word: out[r * N + t] (0 past its group's rounds).

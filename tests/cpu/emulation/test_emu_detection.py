@@ -77,6 +77,17 @@ def test_shuffle_source_lane_outside_the_mask(kernels):
     )
 
 
+def test_two_different_warp_reductions_are_a_mismatch(kernels):
+    """On the device the lanes would hang or get undefined values: here the report names both sites."""
+    report = detected(kernels, "reductions_differ")
+    assert report == (
+        f"warp collective mismatch in task 5: thread 0 (warp 0, lane 0) waits at "
+        f"__reduce_add_sync(mask 0xffffffff) at {marked('reduce-add')}, but lanes named in its mask never "
+        f"reach it: lanes 16-31 wait at __reduce_max_sync(mask 0xffffffff) at {marked('reduce-max')} "
+        f"(lanes 0-15 wait with it)"
+    )
+
+
 def test_spin_that_cannot_end(kernels):
     report = detected(kernels, "spin_forever", dynamic_smem=64)
     assert report.startswith(

@@ -1,9 +1,9 @@
 """The host versions of csrc/primitives against independent PyTorch models of their semantics
 comments (primitive_cases.py): mma's fragment layout and fp32 sums, cp.async's copy at the wait,
 the 16-byte loads and stores, the memory-order atomics, the timer and sleep, the warp and block
-reductions, named barriers, the vector conversions, and TMA copies with their mbarriers (and the
-mistakes the emulator reports in those). Bit-identical everywhere; each kernel also runs race-checked
-(nothing to report) and in every thread order."""
+reductions, CUDA's warp reductions and matches, named barriers, the vector conversions, and TMA
+copies with their mbarriers (and the mistakes the emulator reports in those). Bit-identical
+everywhere; each kernel also runs race-checked (nothing to report) and in every thread order."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from primitive_cases import (
     run_host,
     swizzle128_model,
     tma_box_model,
+    warp_intrinsics_model,
 )
 
 ORDERS = [("in_order", 0), ("reversed", 0), ("shuffled", 7)]
@@ -110,6 +111,13 @@ def test_warp_and_block_reductions(prims, order):
     same_bits(out[N : 2 * N], butterfly(x, maximum))
     same_bits(out[2 * N : 3 * N], block_model(x, torch.add))
     same_bits(out[3 * N :], block_model(x, maximum))
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=lambda o: f"{o[0]}{o[1]}")
+def test_cuda_warp_reductions_and_matches(prims, order):
+    (v,), (out,) = run(prims, "warp_intrinsics", order)
+    got = (out.view(19, N).to(torch.int64) & 0xFFFFFFFF).tolist()
+    assert got == warp_intrinsics_model(v)
 
 
 @pytest.mark.parametrize("name,dtype", [("vec_bf16", torch.bfloat16), ("vec_fp16", torch.float16)])
