@@ -64,7 +64,7 @@ __device__ __forceinline__ void topk_of_keys(unsigned long long const (&key)[(E 
     unsigned long long best = 0ull;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
-    best = warp_reduce(best, MaxOp());
+    best = warp_max(best);
     int const e = expert_of(best);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
