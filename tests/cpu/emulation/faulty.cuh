@@ -89,17 +89,6 @@ __device__ void source_outside_mask(TaskDesc const &task, Runtime const &) {
     task.output<uint32_t>(0)[threadIdx.x] = __shfl_sync(0x0000ffffu, lane, lane + 16);  // @source-outside-mask
 }
 
-// Lanes 0-15 sum with a full mask while lanes 16-31 take the maximum: two different collectives.
-__device__ void reductions_differ(TaskDesc const &task, Runtime const &) {
-  int const lane = threadIdx.x % 32;
-  unsigned v;
-  if (lane < 16)
-    v = __reduce_add_sync(0xffffffffu, lane);  // @reduce-add
-  else
-    v = __reduce_max_sync(0xffffffffu, lane);  // @reduce-max
-  task.output<uint32_t>(0)[threadIdx.x] = v;
-}
-
 // Thread 0 spins on a flag that thread 1 sets only after a barrier thread 0 never reaches.
 __device__ void spin_forever(TaskDesc const &, Runtime const &) {
   int volatile *flag = reinterpret_cast<int volatile *>(dynamic_smem);  // poisoned: -1
@@ -280,6 +269,17 @@ __device__ void big_local_array(TaskDesc const &task, Runtime const &) {
   float volatile big[50000];  // @big-local-array
   big[threadIdx.x == 0 ? 0 : 49999] = static_cast<float>(threadIdx.x);
   task.output<uint32_t>(0)[threadIdx.x] = static_cast<uint32_t>(big[threadIdx.x == 0 ? 0 : 49999]);
+}
+
+// Lanes 0-15 sum with a full mask while lanes 16-31 take the maximum: two different collectives.
+__device__ void reductions_differ(TaskDesc const &task, Runtime const &) {
+  int const lane = threadIdx.x % 32;
+  unsigned v;
+  if (lane < 16)
+    v = __reduce_add_sync(0xffffffffu, lane);  // @reduce-add
+  else
+    v = __reduce_max_sync(0xffffffffu, lane);  // @reduce-max
+  task.output<uint32_t>(0)[threadIdx.x] = v;
 }
 
 }  // namespace test
