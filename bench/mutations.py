@@ -587,6 +587,15 @@ MUTATIONS: list[Mutation] = [
         RMSNORM + ROUTING,
     ),
     M(
+        "warp-max-low-of-any-lane",
+        "wrong reduction",
+        "warp_max takes the largest low half of every lane, not only of the lanes holding the largest high half",
+        "primitives/warp.cuh",
+        "static_cast<unsigned>(v >> 32) == hi ? static_cast<unsigned>(v) : 0u",
+        "static_cast<unsigned>(v)",
+        ROUTING + GROUP_ROUTING,
+    ),
+    M(
         "scan-inclusive",
         "wrong reduction",
         "block_exclusive_sum returns the inclusive sum",
