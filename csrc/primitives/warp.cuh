@@ -1,5 +1,5 @@
-// Reductions across the 32 lanes of a warp, with shuffles (no shared memory): every lane gets the
-// result. The reduction operators live here too, for warp_reduce and block_reduce alike.
+// Reductions across the 32 lanes of a warp, with shuffles or redux.sync (no shared memory): every
+// lane gets the result. The reduction operators live here too, for warp_reduce and block_reduce alike.
 #pragma once
 #include "runtime/config.cuh"
 
