@@ -335,6 +335,15 @@ MUTATIONS: list[Mutation] = [
         GROUP_ROUTING,
     ),
     M(
+        "group-routing-unchecked-bias",
+        "missing check",
+        "a NaN or infinite score_bias is used, not reported: the choices come from comparisons that are all false",
+        "tasks/common/moe_group_routing.cuh",
+        "  check_score_bias<E>(task, rt, bias);\n  route_tokens<E>(",
+        "  route_tokens<E>(",
+        GROUP_ROUTING,
+    ),
+    M(
         "group-routing-pair-merge",
         "wrong reduction",
         "merging two lanes' best two drops the second-best candidate min(first, b): a group whose best two sit on two lanes",

@@ -27,6 +27,7 @@ STATUS_SKIPPED = 4
 STATUS_TASK_ERROR = 5
 
 TASK_ERROR_INDEX = 1  # Runtime::fail: an index read from data is out of range
+TASK_ERROR_VALUE = 2  # Runtime::fail: a value read from data is one the task cannot use (value: its index)
 
 PROF_TASK_BEGIN = 1
 PROF_TASK_END = 2
@@ -69,6 +70,7 @@ CHECKED = {
     "MPK_STATUS_SKIPPED": STATUS_SKIPPED,
     "MPK_STATUS_TASK_ERROR": STATUS_TASK_ERROR,
     "MPK_TASK_ERROR_INDEX": TASK_ERROR_INDEX,
+    "MPK_TASK_ERROR_VALUE": TASK_ERROR_VALUE,
     "MPK_PROF_TASK_BEGIN": PROF_TASK_BEGIN,
     "MPK_PROF_TASK_END": PROF_TASK_END,
     "MPK_PROF_PREPARE_BEGIN": PROF_PREPARE_BEGIN,

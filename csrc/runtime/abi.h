@@ -117,6 +117,7 @@ typedef struct MpkControl {
 // Task error codes (Runtime::fail); the host turns them into a KernelError naming the task.
 enum {
   MPK_TASK_ERROR_INDEX = 1,  // an index read from data (e.g. a token id) is out of range; value: the index
+  MPK_TASK_ERROR_VALUE = 2,  // a value read from data is one the task cannot use (e.g. NaN); value: its index
 };
 #define MPK_GO_STOP 0x80000000ull
 #define MPK_GO_ITERATIONS 0x7fffffffull

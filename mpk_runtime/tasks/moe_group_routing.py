@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from .. import archs
+from .. import archs, contract
 from ..errors import ConfigError, DTypeError, ShapeError
 from .moe_routing import MAX_EXPERTS, MAX_TOPK, check_routing_outputs
-from .registry import Arg, EmulationContext, SliceInfo, TaskSpec, register_task, whole
+from .registry import Arg, EmulationContext, SliceInfo, TaskFailure, TaskSpec, register_task, whole
 
 MAX_GROUPS = 32  # lane g keeps group g's score
 
@@ -44,6 +44,22 @@ def check_group_routing(where: str, bias: Any, experts: int, k: int, values: dic
         )
 
 
+def score_bias_message(expert: int) -> str:
+    """What a Runtime::fail(MPK_TASK_ERROR_VALUE, expert) of a group routing body means."""
+    return (
+        f"score_bias[{expert}] is NaN or infinite: the group routing ranks the experts by sigmoid score plus "
+        f"score_bias, which cannot order a non-finite value; pass a finite float32 score_bias"
+    )
+
+
+def check_score_bias(bias: torch.Tensor) -> None:
+    """The bodies' check of the bias at run time, for the slice references: TaskFailure (VALUE) with
+    the first expert whose bias is not finite."""
+    bad = ~torch.isfinite(bias)
+    if bool(bad.any()):
+        raise TaskFailure(contract.TASK_ERROR_VALUE, int(bad.nonzero()[0, 0]))
+
+
 @register_task
 class MoeSigmoidGroupRouting(TaskSpec):
     name = "moe_sigmoid_group_routing"
@@ -57,7 +73,8 @@ class MoeSigmoidGroupRouting(TaskSpec):
     smem_function = "mpk::tasks::moe_group_routing_smem_bytes"
     reference = "moe_sigmoid_group_routing"
     doc = """Group-limited routing of a mixture-of-experts block (DeepSeek-V3's). input: router
-    logits (tokens, E), float32, bfloat16 or float16; score_bias (E,) float32, finite. For every
+    logits (tokens, E), float32, bfloat16 or float16; score_bias (E,) float32, finite (a NaN or an
+    infinity stops the launch with a KernelError naming the expert). For every
     active token: scores = sigmoid(logits) in fp32, choice scores = scores + score_bias; the E experts
     are n_group groups of E / n_group consecutive experts (at least 2 a group), a group's score is
     the sum of its two largest choice scores, and the topk_group best groups are kept; the token's k
@@ -97,11 +114,17 @@ class MoeSigmoidGroupRouting(TaskSpec):
         tokens, experts = s["input"].shape
         return 2500.0 + tokens * s["topk_weights"].shape[1] * 25.0 + tokens * experts / 4.0
 
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        if code == contract.TASK_ERROR_VALUE:
+            return score_bias_message(value)
+        return super().error_message(code, value, layer, tensors)
+
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
         from . import references
 
+        check_score_bias(inputs["score_bias"])
         weights, routing, mask = references.find(self.name)(
             inputs["input"],
             inputs["score_bias"],

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from .. import archs
+from .. import archs, contract
 from .moe_experts import ExpertLinear, emulate_units
-from .moe_group_routing import check_group_routing
+from .moe_group_routing import check_group_routing, check_score_bias, score_bias_message
 from .moe_topk_w13_linear import MoeTopkW13Linear
 from .registry import Arg, EmulationContext, SliceInfo, register_task, whole
 
@@ -29,7 +29,8 @@ class MoeGroupW13Linear(MoeTopkW13Linear):
     doc = """moe_sigmoid_group_routing's choices and moe_w13_linear's gate / up projection in one
     layer, for decode-sized batches: moe_topk_w13_linear with DeepSeek-V3's routing. input (tokens,
     H); weight (E, 2 * I, H), each expert's gate rows then its up rows; router_logits (tokens, E),
-    float32, bfloat16 or float16; score_bias (E,) float32; n_group, topk_group as
+    float32, bfloat16 or float16; score_bias (E,) float32, finite (checked as the routing layer
+    checks it); n_group, topk_group as
     moe_sigmoid_group_routing takes them; output (tokens, k, 2 * I) ([gate | up]) or (tokens, k, I)
     (silu(gate) * up): row (t, j) for token t's j-th expert, chosen as moe_sigmoid_group_routing
     chooses (the k largest biased sigmoid scores within the topk_group best groups).
@@ -54,11 +55,17 @@ class MoeGroupW13Linear(MoeTopkW13Linear):
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         return [*super().template_args(s, values), int(values["n_group"]), int(values["topk_group"])]
 
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        if code == contract.TASK_ERROR_VALUE:
+            return score_bias_message(value)
+        return super().error_message(code, value, layer, tensors)
+
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
         from . import references
 
+        check_score_bias(inputs["score_bias"])
         k = outputs["output"].shape[1]
         _, routing, mask = references.find("moe_sigmoid_group_routing")(
             inputs["router_logits"], inputs["score_bias"], k, values["n_group"], values["topk_group"]

@@ -171,6 +171,8 @@ class TaskSpec:
         ``tensors``: its TensorInfo by name)."""
         if code == contract.TASK_ERROR_INDEX:
             return f"index {value} read from its input is out of range"
+        if code == contract.TASK_ERROR_VALUE:
+            return f"the value at index {value} of its input is one it cannot use"
         return f"error code {code} (value {value})"
 
     def emulate(self, inputs: dict[str, Any], outputs: dict[str, Any], values: dict[str, Any], ctx: EmulationContext) -> None:

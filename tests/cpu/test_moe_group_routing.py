@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpk_runtime.errors import ConfigError, DTypeError, GridError, ShapeError
+from mpk_runtime import contract
+from mpk_runtime.errors import ConfigError, DTypeError, GridError, KernelError, ShapeError
 from mpk_runtime.harness import find_reference
+from mpk_runtime.tasks import get as get_task
 
 reference = find_reference("moe_sigmoid_group_routing")
 softmax_reference = find_reference("moe_topk_softmax_routing")
@@ -134,3 +136,27 @@ def test_group_routing_compiles(make_pk, cc):
     layer(pk, experts=256, k=8, n_group=8, topk_group=4, routed_scaling_factor=2.5)
     pk.compile()
     assert pk.build_result.path.exists()
+
+
+@pytest.mark.parametrize("emulate", [True, "reference"], ids=["cuda_bodies", "reference"])
+def test_a_bias_that_is_not_finite_is_reported(make_pk, emulate):
+    """NaN (or an infinity) in score_bias stops the launch, naming the expert and the fix."""
+    pk = make_pk(90, compile_only=False, emulate=emulate, **BATCH)
+    bias = torch.zeros(64)
+    bias[17] = float("inf")
+    layer(pk, bias=bias, n_group=8, topk_group=4)
+    pk.compile()
+    with pytest.raises(KernelError, match=r"^emulated iteration 0: task \d moe_sigmoid_group_routing_0\[0\] failed: ") as e:
+        pk()
+    pk.finalize()
+    assert str(e.value).endswith(
+        "score_bias[17] is NaN or infinite: the group routing ranks the experts by sigmoid score plus score_bias, "
+        "which cannot order a non-finite value; pass a finite float32 score_bias"
+    )
+
+
+def test_an_unnamed_task_error_value_is_explained_by_every_spec():
+    """A body's Runtime::fail(MPK_TASK_ERROR_VALUE, i) in a task whose spec gives no words of its own."""
+    spec = get_task("linear")
+    assert spec.error_message(contract.TASK_ERROR_VALUE, 7, None, {}) == "the value at index 7 of its input is one it cannot use"
+    assert spec.error_message(contract.TASK_ERROR_INDEX, 9, None, {}) == "index 9 read from its input is out of range"

@@ -40,6 +40,14 @@ __device__ __forceinline__ void merge_pairs(float b, float c, float &first, floa
   first = fmaxf(first, b);
 }
 
+// The whole CTA: a score_bias that is NaN or infinite stops the launch (MPK_TASK_ERROR_VALUE, value:
+// the expert), as the choice scores could not be ordered with it (a NaN compares false with all).
+template <int E>
+__device__ __forceinline__ void check_score_bias(TaskDesc const &task, Runtime const &rt, float const *bias) {
+  for (int e = threadIdx.x; e < E; e += kWorkerThreads)
+    if ((__float_as_uint(bias[e]) & 0x7f800000u) == 0x7f800000u) rt.fail(task, MPK_TASK_ERROR_VALUE, e);
+}
+
 // One warp, one token: the group-limited choices of the router logits at `row` (the TOPK largest
 // choice scores of the TG best groups' experts, largest first). Calls put(e, slot) as topk_of_keys
 // does, and picked(j, e, mine) in every lane after the j-th choice e, where `mine` is the sigmoid
@@ -135,6 +143,7 @@ __device__ __forceinline__ void moe_sigmoid_group_routing(TaskDesc const &task, 
   float const scale = task.scalar_f(0);
   int const rows = task.scalar_i(1);  // the token dimension: routing's row stride
 
+  check_score_bias<E>(task, rt, bias);
   route_tokens<E>(
       rt, rows,
       [&](int t, int lane, auto put) {

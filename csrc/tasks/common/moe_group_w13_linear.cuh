@@ -23,6 +23,7 @@ template <typename T, typename TL, int B, int E, int TOPK, int K, int N, int OUT
 __device__ __forceinline__ void moe_group_w13_linear(TaskDesc const &task, Runtime const &rt) {
   TL const *logits = task.input<TL const>(2);
   float const *bias = task.input<float const>(3);
+  group_routing_detail::check_score_bias<E>(task, rt, bias);
   topk_w13_detail::w13_after_routing<T, B, E, TOPK, K, N, OUT_COLS>(task, rt, [&](int t, int lane, auto put) {
     group_routing_detail::group_choices_of_token<TL, E, TOPK, NG, TG>(logits + static_cast<size_t>(t) * E, bias, lane,
                                                                       put, [](int, int, float) {});

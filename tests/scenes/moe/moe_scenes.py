@@ -96,12 +96,17 @@ def routing(pattern: str, experts: int, topk: int, active: int) -> tuple[torch.T
     return weights, routing_indices, m
 
 
-BIASES = ("zero", "coarse", "decides")
+BIASES = ("zero", "coarse", "decides")  # the valid ones; "nan_5" and "neg_inf_last" stop the launch
 
 
 def score_bias(kind: str, experts: int, groups: int) -> torch.Tensor:
     """zero; coarse: -0.5, 0 or 0.5 at random; decides: +2 for the last group's experts, whose
-    sigmoid scores alone could not make them win (they are at most 1 apart)."""
+    sigmoid scores alone could not make them win (they are at most 1 apart); nan_5, neg_inf_last: zero
+    but for a NaN at expert 5, or -inf at the last expert."""
+    if kind in ("nan_5", "neg_inf_last"):
+        bias = torch.zeros(experts)
+        bias[5 if kind == "nan_5" else -1] = float("nan") if kind == "nan_5" else float("-inf")
+        return bias
     if kind == "zero":
         return torch.zeros(experts)
     if kind == "coarse":

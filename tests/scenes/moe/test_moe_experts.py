@@ -170,6 +170,9 @@ class TestMoeGroupW13(SceneTestCase):
              tasks=13, fused=True, bias="zero", fp32=True),
         Case("e8_g4_t1_k1_zeros_a9_t1", experts=8, groups=4, kept=1, topk=1, active=9, pattern="zeros", tasks=1,
              fused=False, bias="zero"),
+        # Every task checks the bias: -inf at the last expert stops the launch, naming it.
+        Case("e64_g8_t4_k8_inf_bias_a2_t3", experts=64, groups=8, kept=4, topk=8, active=2, pattern="uniform", tasks=3,
+             fused=True, bias="neg_inf_last", raises=r"score_bias\[63\] is NaN or infinite"),
     ]  # fmt: skip
     SWEEP = {
         **SWEEP,

@@ -16,11 +16,15 @@ from pytest_mpk import Case, SceneTestCase, scene_test
 from .moe_scenes import BIASES, MAX_TOKENS, PATTERNS, kernel_params, logits, routing_golden, routing_outputs, score_bias
 
 reference = find_reference("moe_sigmoid_group_routing")
+NOT_FINITE = r"score_bias\[{}\] is NaN or infinite: the group routing ranks the experts by sigmoid score plus score_bias"
 
 
-def case(name: str, experts: int, groups: int, kept: int, topk: int, active: int, pattern: str, **kw) -> Case:
+def case(
+    name: str, experts: int, groups: int, kept: int, topk: int, active: int, pattern: str, raises: str | None = None, **kw
+) -> Case:
     defaults = dict(bias="coarse", norm=True, scale=1.0, dtype="bf16")
-    return Case(name, experts=experts, groups=groups, kept=kept, topk=topk, active=active, pattern=pattern, **{**defaults, **kw})
+    params = dict(experts=experts, groups=groups, kept=kept, topk=topk, active=active, pattern=pattern, **{**defaults, **kw})
+    return Case(name, raises=raises, **params)
 
 
 @scene_test(layer="moe_sigmoid_group_routing")
@@ -39,6 +43,8 @@ class TestMoeGroupRouting(SceneTestCase):
         case("e128_g8_t4_k8_few_experts_a20", 128, 8, 4, 8, 20, "few_experts", bias="zero"),
         case("e128_g8_t4_k8_nan_a20", 128, 8, 4, 8, 20, "nan", dtype="fp32"),
         case("e32_g2_t2_k32_every_expert_a13", 32, 2, 2, 32, 13, "uniform", bias="zero"),
+        # A bias the choice scores cannot be ordered with stops the launch, naming the expert.
+        case("e256_g8_t4_k8_nan_bias_a3", 256, 8, 4, 8, 3, "uniform", bias="nan_5", raises=NOT_FINITE.format(5)),
     ]
     # One build (DeepSeek-V3's E, groups and k, bf16) serves the sweep: the tokens, logits and bias are run-time data.
     SWEEP = {
