@@ -16,52 +16,61 @@ from .registry import Arg, EmulationContext, SliceInfo, TaskFailure, TaskSpec, r
 MAX_GROUPS = 32  # lane g keeps group g's score
 
 
-def check_group_routing(where: str, bias: Any, experts: int, k: int, values: dict[str, Any]) -> None:
-    """The checks of a group routing's score_bias (a TensorSpec), options n_group, topk_group and
-    norm_topk_prob, and k choices of E experts, shared by the layers that route this way."""
-    if bias.shape != (experts,):
-        raise ShapeError(f"{where}: score_bias must have shape ({experts},), one per expert, got {bias.shape}")
-    if bias.dtype.torch != torch.float32:
-        raise DTypeError(f"{where}: score_bias ({bias!r}) must be float32")
-    groups, kept, norm = values["n_group"], values["topk_group"], values["norm_topk_prob"]
-    for name, v in (("n_group", groups), ("topk_group", kept)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ConfigError(f"{where}: {name}={v!r} must be a positive integer, e.g. {name}=8")
-    if not isinstance(norm, bool):
-        raise ConfigError(f"{where}: norm_topk_prob={norm!r} must be True or False")
-    if experts > MAX_EXPERTS or groups > MAX_GROUPS or experts % groups or experts // groups < 2:
-        raise ShapeError(
-            f"{where}: n_group={groups} groups of E={experts} experts; the task takes E <= {MAX_EXPERTS} and "
-            f"n_group <= {MAX_GROUPS} dividing E into groups of 2 experts or more (a group scores its best two)"
-        )
-    if kept > groups:
-        raise ShapeError(f"{where}: topk_group={kept} groups kept of n_group={groups}; keep at most n_group")
-    eligible = kept * (experts // groups)
-    if not 1 <= k <= min(eligible, MAX_TOPK):
-        raise ShapeError(
-            f"{where}: k={k} experts per token; the task takes 1 <= k <= {MAX_TOPK}, and the kept groups hold "
-            f"{eligible} experts (topk_group={kept} of {experts // groups} experts each)"
-        )
+class RoutesByGroups(TaskSpec):
+    """Base of the layers that route DeepSeek-V3's way (not registered itself): the checks of
+    score_bias, n_group, topk_group and k, the report of a non-finite score_bias that their bodies
+    make at run time (Runtime::fail, MPK_TASK_ERROR_VALUE), and the same check and routing for their
+    slice references."""
 
+    def check_groups(self, bias: Any, experts: int, k: int, values: dict[str, Any]) -> None:
+        """score_bias (a TensorSpec), the options n_group and topk_group, and k choices of E experts."""
+        where = self.name
+        if bias.shape != (experts,):
+            raise ShapeError(f"{where}: score_bias must have shape ({experts},), one per expert, got {bias.shape}")
+        if bias.dtype.torch != torch.float32:
+            raise DTypeError(f"{where}: score_bias ({bias!r}) must be float32")
+        groups, kept = values["n_group"], values["topk_group"]
+        for name, v in (("n_group", groups), ("topk_group", kept)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ConfigError(f"{where}: {name}={v!r} must be a positive integer, e.g. {name}=8")
+        if experts > MAX_EXPERTS or groups > MAX_GROUPS or experts % groups or experts // groups < 2:
+            raise ShapeError(
+                f"{where}: n_group={groups} groups of E={experts} experts; the task takes E <= {MAX_EXPERTS} and "
+                f"n_group <= {MAX_GROUPS} dividing E into groups of 2 experts or more (a group scores its best two)"
+            )
+        if kept > groups:
+            raise ShapeError(f"{where}: topk_group={kept} groups kept of n_group={groups}; keep at most n_group")
+        eligible = kept * (experts // groups)
+        if not 1 <= k <= min(eligible, MAX_TOPK):
+            raise ShapeError(
+                f"{where}: k={k} experts per token; the task takes 1 <= k <= {MAX_TOPK}, and the kept groups hold "
+                f"{eligible} experts (topk_group={kept} of {experts // groups} experts each)"
+            )
 
-def score_bias_message(expert: int) -> str:
-    """What a Runtime::fail(MPK_TASK_ERROR_VALUE, expert) of a group routing body means."""
-    return (
-        f"score_bias[{expert}] is NaN or infinite: the group routing ranks the experts by sigmoid score plus "
-        f"score_bias, which cannot order a non-finite value; pass a finite float32 score_bias"
-    )
+    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
+        if code == contract.TASK_ERROR_VALUE:
+            return (
+                f"score_bias[{value}] is NaN or infinite: the group routing ranks the experts by sigmoid score plus "
+                f"score_bias, which cannot order a non-finite value; pass a finite float32 score_bias"
+            )
+        return super().error_message(code, value, layer, tensors)
 
+    def route_by_reference(
+        self, logits: torch.Tensor, bias: torch.Tensor, k: int, values: dict[str, Any], norm: bool = True, scale: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For the slice references: the bodies' check of the bias (TaskFailure VALUE with the first
+        expert whose bias is not finite), then the reference routing (weights, routing rows, mask)."""
+        from . import references
 
-def check_score_bias(bias: torch.Tensor) -> None:
-    """The bodies' check of the bias at run time, for the slice references: TaskFailure (VALUE) with
-    the first expert whose bias is not finite."""
-    bad = ~torch.isfinite(bias)
-    if bool(bad.any()):
-        raise TaskFailure(contract.TASK_ERROR_VALUE, int(bad.nonzero()[0, 0]))
+        bad = ~torch.isfinite(bias)
+        if bool(bad.any()):
+            raise TaskFailure(contract.TASK_ERROR_VALUE, int(bad.nonzero()[0, 0]))
+        routing = references.find("moe_sigmoid_group_routing")
+        return routing(logits, bias, k, values["n_group"], values["topk_group"], norm, scale)
 
 
 @register_task
-class MoeSigmoidGroupRouting(TaskSpec):
+class MoeSigmoidGroupRouting(RoutesByGroups):
     name = "moe_sigmoid_group_routing"
     inputs = {"input": whole(), "score_bias": whole()}
     outputs = {"topk_weights": whole(), "routing_indices": whole(), "expert_mask": whole()}
@@ -95,7 +104,9 @@ class MoeSigmoidGroupRouting(TaskSpec):
         tokens, experts = x.shape
         if w.num_dims != 2 or w.shape[0] != tokens:
             raise ShapeError(f"{where}: topk_weights must be (tokens, k) = ({tokens}, k), got {w.shape}")
-        check_group_routing(where, b, experts, w.shape[1], values)
+        self.check_groups(b, experts, w.shape[1], values)
+        if not isinstance(values["norm_topk_prob"], bool):
+            raise ConfigError(f"{where}: norm_topk_prob={values['norm_topk_prob']!r} must be True or False")
         scale = values["routed_scaling_factor"]
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < float(scale) < math.inf:
             raise ConfigError(f"{where}: routed_scaling_factor={scale!r} must be a positive number, e.g. 2.5")
@@ -114,23 +125,14 @@ class MoeSigmoidGroupRouting(TaskSpec):
         tokens, experts = s["input"].shape
         return 2500.0 + tokens * s["topk_weights"].shape[1] * 25.0 + tokens * experts / 4.0
 
-    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
-        if code == contract.TASK_ERROR_VALUE:
-            return score_bias_message(value)
-        return super().error_message(code, value, layer, tensors)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        from . import references
-
-        check_score_bias(inputs["score_bias"])
-        weights, routing, mask = references.find(self.name)(
+        weights, routing, mask = self.route_by_reference(
             inputs["input"],
             inputs["score_bias"],
             outputs["topk_weights"].shape[1],
-            values["n_group"],
-            values["topk_group"],
+            values,
             values["norm_topk_prob"],
             values["routed_scaling_factor"],
         )

@@ -8,15 +8,15 @@ from typing import Any
 
 import torch
 
-from .. import archs, contract
+from .. import archs
 from .moe_experts import ExpertLinear, emulate_units
-from .moe_group_routing import check_group_routing, check_score_bias, score_bias_message
+from .moe_group_routing import RoutesByGroups
 from .moe_topk_w13_linear import MoeTopkW13Linear
 from .registry import Arg, EmulationContext, SliceInfo, register_task, whole
 
 
 @register_task
-class MoeGroupW13Linear(MoeTopkW13Linear):
+class MoeGroupW13Linear(RoutesByGroups, MoeTopkW13Linear):
     name = "moe_group_w13_linear"
     inputs = {"input": whole(), "weight": whole(), "router_logits": whole(), "score_bias": whole()}
     options = {"n_group": 1, "topk_group": 1}
@@ -50,24 +50,14 @@ class MoeGroupW13Linear(MoeTopkW13Linear):
         super().check(args, values, grid)  # the streams, the logits, the slots
         experts = args["weight"].tensor.shape[0]
         k = args["output"].tensor.shape[1]
-        check_group_routing(self.name, args["score_bias"].tensor, experts, k, {**values, "norm_topk_prob": True})
+        self.check_groups(args["score_bias"].tensor, experts, k, values)
 
     def template_args(self, s: dict[str, SliceInfo], values: dict[str, Any]) -> list[Any]:
         return [*super().template_args(s, values), int(values["n_group"]), int(values["topk_group"])]
 
-    def error_message(self, code: int, value: int, layer: Any, tensors: dict[str, Any]) -> str:
-        if code == contract.TASK_ERROR_VALUE:
-            return score_bias_message(value)
-        return super().error_message(code, value, layer, tensors)
-
     def emulate(
         self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], values: dict[str, Any], ctx: EmulationContext
     ) -> None:
-        from . import references
-
-        check_score_bias(inputs["score_bias"])
         k = outputs["output"].shape[1]
-        _, routing, mask = references.find("moe_sigmoid_group_routing")(
-            inputs["router_logits"], inputs["score_bias"], k, values["n_group"], values["topk_group"]
-        )
+        _, routing, mask = self.route_by_reference(inputs["router_logits"], inputs["score_bias"], k, values)
         emulate_units(True, inputs["input"], inputs["weight"], routing, mask, outputs["output"], ctx)
