@@ -164,11 +164,10 @@ def routing(copy: float) -> list[layer_bench.Result]:
                     )  # fmt: skip
 
             def torch_op(i, logits=logits, bias=bias, groups=groups, kept=kept, topk=topk):
-                if groups is None:
+                if groups is None:  # the weights (softmax over the top k, renormalized) and the experts
                     w, idx = torch.softmax(logits[i].float(), dim=-1).topk(topk, dim=-1)
-                    w / w.sum(dim=-1, keepdim=True)
-                    return
-                bench_moe.torch_group_route(logits[i], bias, groups, kept, topk, 2.5)
+                    return w / w.sum(dim=-1, keepdim=True), idx
+                return bench_moe.torch_group_route(logits[i], bias, groups, kept, topk, 2.5)
 
             params = dict(max_num_batched_tokens=batch, max_seq_length=batch, max_num_pages=batch)
             nbytes = batch * experts * 2 + batch * topk * 4 + experts * batch * 4 + (experts + 1) * 4

@@ -13,7 +13,7 @@ from ..errors import ConfigError, DTypeError, ShapeError
 from .moe_routing import MAX_EXPERTS, MAX_TOPK, check_routing_outputs
 from .registry import Arg, EmulationContext, SliceInfo, TaskFailure, TaskSpec, register_task, whole
 
-MAX_GROUPS = 32  # lane g keeps group g's score
+MAX_GROUPS = 32  # the body keeps the kept groups as the bits of one 32-bit word
 
 
 class RoutesByGroups(TaskSpec):

@@ -30,10 +30,10 @@ class MoeGroupW13Linear(RoutesByGroups, MoeTopkW13Linear):
     layer, for decode-sized batches: moe_topk_w13_linear with DeepSeek-V3's routing. input (tokens,
     H); weight (E, 2 * I, H), each expert's gate rows then its up rows; router_logits (tokens, E),
     float32, bfloat16 or float16; score_bias (E,) float32, finite (checked as the routing layer
-    checks it); n_group, topk_group as
-    moe_sigmoid_group_routing takes them; output (tokens, k, 2 * I) ([gate | up]) or (tokens, k, I)
-    (silu(gate) * up): row (t, j) for token t's j-th expert, chosen as moe_sigmoid_group_routing
-    chooses (the k largest biased sigmoid scores within the topk_group best groups).
+    checks it); n_group, topk_group as moe_sigmoid_group_routing takes them; output (tokens, k, 2 *
+    I) ([gate | up]) or (tokens, k, I) (silu(gate) * up): row (t, j) for token t's j-th expert, chosen
+    as moe_sigmoid_group_routing chooses (the k largest biased sigmoid scores within the topk_group
+    best groups).
 
     Each task routes every active token itself, in shared memory, so the expert weights start
     streaming without waiting for the routing layer and one dependency hop. Run

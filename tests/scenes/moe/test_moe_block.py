@@ -76,7 +76,7 @@ class TestMoeBlock(SceneTestCase):
             kept=4,
             scale=2.5,
             last_group_bias=True,
-        ),  # fmt: skip
+        ),
         Case(
             "e64_k6_groups4_kept2_ties_a9",
             experts=64,
