@@ -298,6 +298,15 @@ MUTATIONS: list[Mutation] = [
         ROUTING,
     ),
     M(
+        "routing-last-slot-dropped",
+        "off-by-one bound",
+        "a picked key read back as its slot only below TOPK: the last choice's routing entry is lost",
+        "tasks/common/moe_routing.cuh",
+        "key[i] <= TOPK ? static_cast<int>(key[i]) : 0",
+        "key[i] < TOPK ? static_cast<int>(key[i]) : 0",
+        ROUTING + TOPK_W13,  # topk_of_keys: both layers route with it
+    ),
+    M(
         "routing-negative-zero",
         "wrong comparison",
         "-0 and +0 keys differ: ties between zero logits break by sign",

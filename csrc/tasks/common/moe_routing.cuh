@@ -51,29 +51,30 @@ __device__ __forceinline__ int expert_of(unsigned long long key) {
 // One warp, one token: the TOPK largest of the E keys (E / 32 a lane: key[i] is expert lane + 32 i;
 // 0 is below every expert's key, and is never picked while a key is left) in decreasing order.
 // Calls picked(j, best) in every lane after the j-th pick (best: its key), then put(e, slot) once for
-// every expert e < E, from the lane that holds it: slot j + 1 if e is the j-th pick, else 0.
+// every expert e < E, from the lane that holds it: slot j + 1 if e is the j-th pick, else 0. The keys
+// are used up.
 template <int E, int TOPK, typename Put, typename Picked>
-__device__ __forceinline__ void topk_of_keys(unsigned long long const (&key)[(E + kWarpSize - 1) / kWarpSize], int lane,
+__device__ __forceinline__ void topk_of_keys(unsigned long long (&key)[(E + kWarpSize - 1) / kWarpSize], int lane,
                                              Put put, Picked picked) {
+  static_assert(TOPK <= kWarpSize, "a pick's slot (1..TOPK) must stay below every expert's key");
   constexpr int kPerLane = (E + kWarpSize - 1) / kWarpSize;
-  int slot[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) slot[i] = 0;
+  // A picked key becomes its slot, j + 1: below every expert's key (whose high half is never 0), so
+  // it is not picked again, and it is what put() hands over. No array of slots beside the keys.
 #pragma unroll 1
   for (int j = 0; j < TOPK; ++j) {
     unsigned long long best = 0ull;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) best = (slot[i] == 0 && key[i] > best) ? key[i] : best;
+    for (int i = 0; i < kPerLane; ++i) best = key[i] > best ? key[i] : best;
     best = warp_max(best);
     int const e = expert_of(best);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i)
-      if (lane + i * kWarpSize == e) slot[i] = j + 1;
+      if (lane + i * kWarpSize == e) key[i] = j + 1;
     picked(j, best);
   }
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
-    if (lane + i * kWarpSize < E) put(lane + i * kWarpSize, slot[i]);
+    if (lane + i * kWarpSize < E) put(lane + i * kWarpSize, key[i] <= TOPK ? static_cast<int>(key[i]) : 0);
 }
 
 // One warp, one token: the TOPK largest of the E logits at `row` in decreasing order (ties: the lower
