@@ -301,7 +301,7 @@ def main() -> None:
     for r in rows:
         ok = r["pct_of_floor"] >= 80 and r["gather_over_mpk"] >= 2.5 and r["mpk_over_sdpa"] <= 1.25
         n = r["copies_side_by_side"]
-        verdict = f"{n} copies side by side: a throughput" if n > 1 else "meets targets" if ok else "BELOW TARGET"
+        verdict = f"{n} copies side by side: a throughput" if n > 1 else timing.judged("meets targets" if ok else "BELOW TARGET")
         print(
             f"{r['case']:22} {r['grid_z']:3d}/{r['kv_heads_per_task']} {r['mpk_us']:8.1f} {r['span_us']:8.1f} "
             f"{r['floor_us']:9.1f} {r['pct_of_floor']:7.0f}% "

@@ -104,7 +104,7 @@ def main() -> None:
                 f"TP=1 {r['mpk_tp1_launch_us']:.1f} us; TP=1 / TP={world.size}: {r['tp1_over_tp']:.2f}"
             )
         ok = all(r["tp1_over_tp"] > 1 for r in rows)
-        print(f"goal (TP={world.size} faster than TP=1 at b1 and b8): {'met' if ok else 'NOT met'}")
+        print(f"goal (TP={world.size} faster than TP=1 at b1 and b8): {timing.judged('met' if ok else 'NOT met')}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,12 @@ def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
     )
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout="580.159.04\n580.159.04\n", returncode=0))
     assert timing.device_facts()["driver"] == "580.159.04"
+
+
+def test_a_goal_is_not_judged_from_host_bound_figures(timing, monkeypatch, capsys):
+    assert timing.judged("met") == "met" and timing.judged("NOT met") == "NOT met"
+    fake_gpu(monkeypatch, us_per_call=5.0, reps=4)
+    timing.time_us(lambda: time.sleep(200e-6), reps=4, warmup=1, rounds=3, device_bound=True)
+    capsys.readouterr()
+    for verdict in ("met", "NOT met", "BELOW TARGET"):
+        assert timing.judged(verdict) == "not judged: 1 timing(s) host-bound (host_bound in the JSON)"
