@@ -3,11 +3,13 @@ next to NCCL (torch.distributed.all_reduce) eager and replayed from a CUDA graph
 
     mpirun -n 2 python bench/bench_allreduce.py     # any world size; rank 0 prints and writes $OUT/bench_allreduce.json
 
-- mpk: one test-mode launch runs a chain of n all-reduces, each on the previous one's output; the time
-  of one all-reduce is (T(n) - T(1)) / (n - 1), which removes the launch's fixed cost. Every rank
+- mpk: one test-mode launch runs a chain of n all-reduces, each on the previous one's output (two output
+  tensors in turn); the time of one all-reduce is (T(n) - T(1)) / (n - 1), which removes the launch's
+  fixed cost. Every rank
   launches back to back, and the ranks' kernels meet at every all-reduce. Several grids are tried per
   batch (they share one module per grid) and the fastest is reported, with the others in the JSON.
-- NCCL: all_reduce of the same tensor in place, eager, and from a CUDA graph of 10 calls (per call).
+- NCCL: all_reduce of the same tensor in place, eager, and from a CUDA graph of 10 calls (per call),
+  both timed back to back as the anchor does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ GRIDS[256] = [(32, 4, 1), (64, 2, 1), (64, 4, 1)]
 allreduce = find_reference("allreduce")
 
 
+def add_chain(pk, x: torch.Tensor, world_size: int, grid: tuple[int, int, int], n: int) -> torch.Tensor:
+    """n all-reduces on pk, each on the previous one's output: the input, then outputs that two tensors
+    take in turn; returns the last output. Each all-reduce needs its own communication buffer (a rank may
+    write the next one's data before its peers have read this one's), but not its own output: a tensor
+    per output made the host check twice as many tensors at each launch, and the chains' launches timed
+    the host (2 x H200, 2026-11-30)."""
+    outs = [torch.empty_like(x) for _ in range(min(n, 2))]
+    t, turns = pk.attach_input(x, "x"), [pk.attach_input(out, f"out{i}") for i, out in enumerate(outs)]
+    for i in range(n):
+        buf = pk.new_comm_tensor((2, world_size, *x.shape), x.dtype, f"buf{i}")
+        pk.allreduce_layer(t, buf, turns[i % 2], grid_dim=grid, block_dim=pk.block_dim)
+        t = turns[i % 2]
+    return outs[(n - 1) % 2]
+
+
 def kernel(world, batch: int, grid: tuple[int, int, int], n: int, x: torch.Tensor):
     params = mpk.PersistentKernel.get_default_init_parameters()
     workers, schedulers = mpk.get_configurations_from_gpu(torch.cuda.current_device())
@@ -46,31 +63,24 @@ def kernel(world, batch: int, grid: tuple[int, int, int], n: int, x: torch.Tenso
         comm_timeout=120,
     )
     pk = mpk.PersistentKernel(**params)
-    t, outs = pk.attach_input(x, "x"), []
-    for i in range(n):
-        out = torch.empty(batch, H, dtype=torch.bfloat16, device="cuda")
-        o = pk.attach_input(out, f"out{i}")
-        pk.allreduce_layer(
-            t, pk.new_comm_tensor((2, world.size, batch, H), torch.bfloat16, f"buf{i}"), o, grid_dim=grid, block_dim=pk.block_dim
-        )
-        outs.append(out)
-        t = o
+    last = add_chain(pk, x, world.size, grid, n)
     pk.compile()
-    return pk, outs
+    return pk, last
 
 
 def mpk_us(world, batch: int, grid: tuple[int, int, int], xs: list[torch.Tensor]) -> float:
     x = xs[world.rank].cuda()
     times = {}
+    want = allreduce(xs)
     for n in (1, CHAIN):
-        pk, outs = kernel(world, batch, grid, n, x)
+        pk, last = kernel(world, batch, grid, n, x)
         world.exchange(f"start b{batch} {grid} n{n}", None, 300)
         times[n] = timing.time_us(pk, reps=50, warmup=5, device_bound=True)
         pk.synchronize(timeout=60)
-        want = allreduce(xs)
-        assert torch.equal(outs[0].cpu(), want), f"b{batch} {grid}: the first all-reduce differs from the reference"
-        if world.size == 2:  # x + x doubles exactly: every output of the chain is exact
-            assert torch.equal(outs[-1].cpu(), want * 2 ** (n - 1)), f"b{batch} {grid}: the chain's last output differs"
+        if n == 1:
+            assert torch.equal(last.cpu(), want), f"b{batch} {grid}: the all-reduce differs from the reference"
+        elif world.size == 2:  # x + x doubles exactly: every output of the chain is exact
+            assert torch.equal(last.cpu(), want * 2 ** (n - 1)), f"b{batch} {grid}: the chain's last output differs"
         pk.finalize()
     return (times[CHAIN] - times[1]) / (CHAIN - 1)
 
@@ -88,7 +98,11 @@ def nccl_us(batch: int) -> tuple[float, float]:
             for _ in range(10):
                 dist.all_reduce(x)
     torch.cuda.synchronize()
-    replay = timing.time_us(graph.replay, reps=50, warmup=5, device_bound=True) / 10
+    # Timed as the anchor times it (shared/anchors/allreduce_anchor.py), back to back, without
+    # device_bound: a NCCL graph's replay waits on the host for the GPU (267-781 us of host time a replay
+    # with the GPU held in timing's spin, 2 x H200, 2026-11-30), so it cannot be queued ahead of the
+    # GPU, and what back-to-back replays give is its cost.
+    replay = timing.time_us(graph.replay, reps=50, warmup=5) / 10
     return eager, replay
 
 
