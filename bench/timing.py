@@ -37,27 +37,39 @@ HOST_BOUND: list[dict] = []
 def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound: bool = False) -> float:
     """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds.
 
-    ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch), so the figure should be
-    the GPU's. Where the host took as long to issue a round as the GPU to run it, the GPU waited for
-    the host and the figure is the host's: say so on stderr, and in HOST_BOUND (saved with the
-    results). (A launch check that cost 2-3 us a tensor once made a chain of all-reduces time the
-    host: docs/PERFORMANCE.md, issue 18.)"""
+    ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch, a graph replay), so the figure
+    must be the GPU's alone. A launch costs the host 18-37 us (a 2 x H200 host, 2026-11-30), as long as a
+    short launch runs, so the GPU would wait for the host between calls. So a first round, not counted,
+    measures how long the host takes to issue ``reps`` calls; each counted round then holds the GPU in a
+    spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and
+    times only the calls. Where the host still outlasted the spin and took as long to issue a round as
+    the GPU to run it, the figure may be the host's: say so on stderr, and in HOST_BOUND (saved with the
+    results). (A launch check that cost 2-3 us a tensor once made a chain of all-reduces time the host:
+    docs/PERFORMANCE.md, issue 18.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples, host = [], []
+    lead = torch.cuda.Event(enable_timing=True)
+    samples, host, outlasted = [], [], False
+    issue_us = _issue_us(fn, reps) if device_bound else 0.0
     for _ in range(rounds):
+        t_lead = time.perf_counter()
+        if device_bound:
+            lead.record()
+            torch.cuda._sleep(_cycles(2 * issue_us + 100))
         start.record()
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()
-        host.append((time.perf_counter() - t0) * 1e6 / reps)
+        t1 = time.perf_counter()
+        host.append((t1 - t0) * 1e6 / reps)
         end.record()
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / reps)
+        outlasted |= device_bound and (t1 - t_lead) * 1e3 >= lead.elapsed_time(start)
     gpu_us, host_us = statistics.median(samples), statistics.median(host)
-    if device_bound and host_us >= 0.9 * gpu_us:
+    if device_bound and outlasted and host_us >= 0.9 * gpu_us:
         what = getattr(fn, "__qualname__", type(fn).__name__)
         HOST_BOUND.append({"call": what, "host_us": host_us, "gpu_us": gpu_us})
         print(
@@ -67,6 +79,33 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
             flush=True,
         )
     return gpu_us
+
+
+def _issue_us(fn, reps: int) -> float:
+    """How long the host takes to issue ``reps`` calls of ``fn`` (a round not counted), in microseconds."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    us = (time.perf_counter() - t0) * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+_CYCLES_PER_US: list[float] = []
+
+
+def _cycles(us: float) -> int:
+    """GPU clock cycles of torch.cuda._sleep that last about ``us`` microseconds (at most 200 ms),
+    measured once per process."""
+    if not _CYCLES_PER_US:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # the spin kernel loaded and the clocks up before it is timed
+        a.record()
+        torch.cuda._sleep(10_000_000)
+        b.record()
+        b.synchronize()
+        _CYCLES_PER_US.append(10_000_000 / max(a.elapsed_time(b) * 1e3, 1.0))
+    return int(min(us, 200_000) * _CYCLES_PER_US[0])
 
 
 def judged(verdict: str) -> str:

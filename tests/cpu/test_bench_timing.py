@@ -1,5 +1,6 @@
-"""bench/timing.py without a GPU (CUDA events faked): a device-bound measurement that the host
-paced is reported on stderr and saved with the results; one the GPU paced is not."""
+"""bench/timing.py without a GPU (CUDA events and the spin faked): a device-bound measurement holds
+the GPU in a spin while the host issues the calls, so a slow host does not pace it; one the host
+still paced is reported on stderr and saved with the results; one the GPU paced is not."""
 
 from __future__ import annotations
 
@@ -16,31 +17,57 @@ def timing(monkeypatch):
     return bench_module("timing")  # a fresh module: HOST_BOUND starts empty
 
 
-def fake_gpu(monkeypatch, us_per_call: float, reps: int) -> None:
-    """CUDA events whose round takes us_per_call * reps on the 'GPU'; synchronize does nothing."""
+class FakeGpu:
+    """A 'GPU' that never waits for the host: its clock moves by what a call runs (``run``) and by the
+    spins of torch.cuda._sleep; CUDA events read that clock, and synchronize does nothing."""
 
-    class Event:
-        def __init__(self, enable_timing: bool = False):
-            pass
+    CYCLES_PER_US = 1000
 
-        def record(self):
-            pass
+    def __init__(self, monkeypatch):
+        self.now_us = 0.0
+        gpu = self
 
-        def synchronize(self):
-            pass
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                self.at = 0.0
 
-        def elapsed_time(self, end) -> float:  # milliseconds
-            return us_per_call * reps / 1e3
+            def record(self):
+                self.at = gpu.now_us
 
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end) -> float:  # milliseconds
+                return (end.at - self.at) / 1e3
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: self.run(cycles / self.CYCLES_PER_US))
+
+    def run(self, us: float) -> None:
+        self.now_us += us
 
 
-def test_a_host_bound_figure_is_said_and_saved(timing, monkeypatch, capsys, tmp_path):
-    fake_gpu(monkeypatch, us_per_call=5.0, reps=4)
+def test_a_slow_host_is_held_back_by_a_spin_and_the_figure_is_the_gpu_s(timing, monkeypatch, capsys):
+    gpu = FakeGpu(monkeypatch)
 
     def launch():
-        time.sleep(200e-6)  # the host takes far longer to issue a call than the 'GPU' to run it
+        time.sleep(1e-3)  # the host takes far longer to issue a call than the 'GPU' to run it
+        gpu.run(5.0)
+
+    assert timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
+    assert "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
+
+
+def test_a_host_that_outlasts_the_spin_is_said_and_saved(timing, monkeypatch, capsys, tmp_path):
+    gpu = FakeGpu(monkeypatch)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) > 5:  # after the warm-up and the round that sets the spin, the host slows down
+            time.sleep(5e-3)
+        gpu.run(5.0)
 
     assert timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
     assert "HOST-BOUND" in capsys.readouterr().err
@@ -53,12 +80,21 @@ def test_a_host_bound_figure_is_said_and_saved(timing, monkeypatch, capsys, tmp_
 
 
 def test_a_device_bound_figure_is_not_marked(timing, monkeypatch, capsys, tmp_path):
-    fake_gpu(monkeypatch, us_per_call=1e6, reps=2)  # a second a call on the 'GPU'
-    assert timing.time_us(lambda: None, reps=2, warmup=1, rounds=3, device_bound=True) == pytest.approx(1e6)
+    gpu = FakeGpu(monkeypatch)
+    assert timing.time_us(lambda: gpu.run(1e6), reps=2, warmup=1, rounds=3, device_bound=True) == pytest.approx(1e6)
     assert "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
     monkeypatch.setenv("OUT", str(tmp_path))
     timing.save("bench_y", {})
     assert json.loads((tmp_path / "bench_y.json").read_text())["host_bound"] == []
+
+
+def test_a_host_bound_call_is_timed_as_it_runs_unless_device_bound(timing, monkeypatch, capsys):
+    """Without device_bound (torch eager) nothing holds the GPU back: the time is what the calls take,
+    the host's issue included, and no spin is queued."""
+    gpu = FakeGpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: pytest.fail("no spin without device_bound"))
+    assert timing.time_us(lambda: gpu.run(3.0), reps=4, warmup=1, rounds=3) == pytest.approx(3.0)
+    assert timing.HOST_BOUND == []
 
 
 def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
@@ -77,8 +113,16 @@ def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
 
 def test_a_goal_is_not_judged_from_host_bound_figures(timing, monkeypatch, capsys):
     assert timing.judged("met") == "met" and timing.judged("NOT met") == "NOT met"
-    fake_gpu(monkeypatch, us_per_call=5.0, reps=4)
-    timing.time_us(lambda: time.sleep(200e-6), reps=4, warmup=1, rounds=3, device_bound=True)
+    gpu = FakeGpu(monkeypatch)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) > 5:
+            time.sleep(5e-3)
+        gpu.run(5.0)
+
+    timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True)
     capsys.readouterr()
     for verdict in ("met", "NOT met", "BELOW TARGET"):
         assert timing.judged(verdict) == "not judged: 1 timing(s) host-bound (host_bound in the JSON)"
