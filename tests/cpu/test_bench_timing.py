@@ -88,7 +88,7 @@ def test_a_device_bound_figure_is_not_marked(timing, monkeypatch, capsys, tmp_pa
     assert json.loads((tmp_path / "bench_y.json").read_text())["host_bound"] == []
 
 
-def test_a_host_bound_call_is_timed_as_it_runs_unless_device_bound(timing, monkeypatch, capsys):
+def test_without_device_bound_no_spin_is_queued(timing, monkeypatch, capsys):
     """Without device_bound (torch eager) nothing holds the GPU back: the time is what the calls take,
     the host's issue included, and no spin is queued."""
     gpu = FakeGpu(monkeypatch)
