@@ -41,11 +41,12 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
     must be the GPU's alone. A launch costs the host 18-37 us (a 2 x H200 host, 2026-11-30), as long as a
     short launch runs, so the GPU would wait for the host between calls. So a first round, not counted,
     measures how long the host takes to issue ``reps`` calls; each counted round then holds the GPU in a
-    spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and
-    times only the calls. Where the host still outlasted the spin and took as long to issue a round as
-    the GPU to run it, the figure may be the host's: say so on stderr, and in HOST_BOUND (saved with the
-    results). (A launch check that cost 2-3 us a tensor once made a chain of all-reduces time the host:
-    docs/PERFORMANCE.md, issue 18.)"""
+    spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and times
+    the calls after the first (where ranks meet in a launch, the first absorbs the difference between
+    the ends of their spins, each as long as its own host's issue). Where the host still outlasted the
+    spin and took as long to issue a round as the GPU to run it, the figure may be the host's: say so on
+    stderr, and in HOST_BOUND (saved with the results). (A launch check that cost 2-3 us a tensor once
+    made a chain of all-reduces time the host: docs/PERFORMANCE.md, issue 18.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -58,6 +59,7 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
         if device_bound:
             lead.record()
             torch.cuda._sleep(_cycles(2 * issue_us + 100))
+            fn()  # not timed: several ranks' spins end apart, and their first launches wait for each other
         start.record()
         t0 = time.perf_counter()
         for _ in range(reps):

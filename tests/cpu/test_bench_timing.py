@@ -59,6 +59,21 @@ def test_a_slow_host_is_held_back_by_a_spin_and_the_figure_is_the_gpu_s(timing, 
     assert "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
 
 
+def test_the_first_call_after_the_spin_is_not_timed(timing, monkeypatch, capsys):
+    """Where ranks meet in a launch, each rank's spin ends when its own host's issue says: the first
+    launch after it waits for the other rank's spin. It must not count."""
+    gpu = FakeGpu(monkeypatch)
+    spun = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: (spun.append(1), gpu.run(cycles / gpu.CYCLES_PER_US)))
+
+    def launch():
+        gpu.run(400.0 if spun else 5.0)  # the first launch after a spin waits 395 us for the peer's
+        spun.clear()
+
+    assert timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
+    assert timing.HOST_BOUND == []
+
+
 def test_a_host_that_outlasts_the_spin_is_said_and_saved(timing, monkeypatch, capsys, tmp_path):
     gpu = FakeGpu(monkeypatch)
     calls = []
