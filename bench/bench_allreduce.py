@@ -5,9 +5,9 @@ next to NCCL (torch.distributed.all_reduce) eager and replayed from a CUDA graph
 
 - mpk: one test-mode launch runs a chain of n all-reduces, each on the previous one's output (two output
   tensors in turn); the time of one all-reduce is (T(n) - T(1)) / (n - 1), which removes the launch's
-  fixed cost. Every rank
-  launches back to back, and the ranks' kernels meet at every all-reduce. Several grids are tried per
-  batch (they share one module per grid) and the fastest is reported, with the others in the JSON.
+  fixed cost. Every rank launches back to back (timing.time_us with device_bound), and the ranks'
+  kernels meet at every all-reduce. Several grids are tried per batch (they share one module per grid)
+  and the fastest is reported, with the others in the JSON.
 - NCCL: all_reduce of the same tensor in place, eager, and from a CUDA graph of 10 calls (per call),
   both timed back to back as the anchor does.
 """
