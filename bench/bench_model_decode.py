@@ -306,8 +306,9 @@ def main() -> None:
     print("| " + " | ".join([*head, "% of weight floor"]) + " |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ok = r["batch"] != 1 or (r["speedup_vs_graph"] >= 1.5 and r["pct_of_weight_floor"] >= 75)
-        mark = "" if r["batch"] != 1 or (ok and not timing.HOST_BOUND) else " " + timing.judged("BELOW TARGET")
+        ok = r["speedup_vs_graph"] >= 1.5 and r["pct_of_weight_floor"] >= 75
+        verdict = timing.judged("" if ok else "BELOW TARGET") if r["batch"] == 1 else ""  # the goal is batch 1's
+        mark = f" {verdict}" if verdict else ""
         print(
             f"| {r['batch']} | {r['mpk_us']:.1f} | {r['torch_eager_us']:.1f} | {r['torch_cuda_graph_us']:.1f} | "
             f"{r['weight_floor_us']:.1f} | {r['weight_kv_floor_us']:.1f} | {r['speedup_vs_graph']:.2f}x | "

@@ -48,6 +48,20 @@ class FakeGpu:
         self.now_us += us
 
 
+def host_that_slows_down(gpu: FakeGpu):
+    """A launch of 5 us on the 'GPU' whose host slows to 5 ms a call after the warm-up and the round
+    that sets the spin (5 calls): the spin, set from the fast round, cannot cover it."""
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) > 5:
+            time.sleep(5e-3)
+        gpu.run(5.0)
+
+    return launch
+
+
 def test_a_slow_host_is_held_back_by_a_spin_and_the_figure_is_the_gpu_s(timing, monkeypatch, capsys):
     gpu = FakeGpu(monkeypatch)
 
@@ -75,15 +89,7 @@ def test_the_first_call_after_the_spin_is_not_timed(timing, monkeypatch, capsys)
 
 
 def test_a_host_that_outlasts_the_spin_is_said_and_saved(timing, monkeypatch, capsys, tmp_path):
-    gpu = FakeGpu(monkeypatch)
-    calls = []
-
-    def launch():
-        calls.append(1)
-        if len(calls) > 5:  # after the warm-up and the round that sets the spin, the host slows down
-            time.sleep(5e-3)
-        gpu.run(5.0)
-
+    launch = host_that_slows_down(FakeGpu(monkeypatch))
     assert timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
     assert "HOST-BOUND" in capsys.readouterr().err
     [entry] = timing.HOST_BOUND
@@ -128,16 +134,7 @@ def test_a_host_of_several_gpus_gives_one_driver(timing, monkeypatch):
 
 def test_a_goal_is_not_judged_from_host_bound_figures(timing, monkeypatch, capsys):
     assert timing.judged("met") == "met" and timing.judged("NOT met") == "NOT met"
-    gpu = FakeGpu(monkeypatch)
-    calls = []
-
-    def launch():
-        calls.append(1)
-        if len(calls) > 5:
-            time.sleep(5e-3)
-        gpu.run(5.0)
-
-    timing.time_us(launch, reps=4, warmup=1, rounds=3, device_bound=True)
+    timing.time_us(host_that_slows_down(FakeGpu(monkeypatch)), reps=4, warmup=1, rounds=3, device_bound=True)
     capsys.readouterr()
     for verdict in ("met", "NOT met", "BELOW TARGET"):
         assert timing.judged(verdict) == "not judged: 1 timing(s) host-bound (host_bound in the JSON)"
