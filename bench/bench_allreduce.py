@@ -75,7 +75,7 @@ def mpk_us(world, batch: int, grid: tuple[int, int, int], xs: list[torch.Tensor]
     for n in (1, CHAIN):
         pk, last = kernel(world, batch, grid, n, x)
         world.exchange(f"start b{batch} {grid} n{n}", None, 300)
-        times[n] = timing.time_us(pk, reps=50, warmup=5, device_bound=True)
+        times[n] = timing.time_us(pk, reps=50, warmup=5, device_bound=True, ranks=world)
         pk.synchronize(timeout=60)
         if n == 1:
             assert torch.equal(last.cpu(), want), f"b{batch} {grid}: the all-reduce differs from the reference"

@@ -79,7 +79,7 @@ def main() -> None:
         outs = [torch.empty(batch, H, dtype=torch.bfloat16, device="cuda") for _ in shards]
         pk = tp_kernel(batch, shards, world.size, x, rs, outs)
         world.exchange(f"tp b{batch}", None, 300)
-        tp_us = timing.time_us(pk, reps=50, warmup=5, device_bound=True) / 2
+        tp_us = timing.time_us(pk, reps=50, warmup=5, device_bound=True, ranks=world) / 2
         pk.synchronize(timeout=60)
         pk.finalize()
         row = {"batch": batch, "tp_size": world.size, "mpk_tp_launch_us": tp_us}

@@ -34,7 +34,7 @@ def mpi_ranks(script: str):
 HOST_BOUND: list[dict] = []
 
 
-def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound: bool = False) -> float:
+def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound: bool = False, ranks=None) -> float:
     """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds.
 
     ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch, a graph replay), so the figure
@@ -43,18 +43,25 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
     measures how long the host takes to issue ``reps`` calls; each counted round then holds the GPU in a
     spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and times
     the calls after the first (where ranks meet in a launch, the first absorbs the difference between
-    the ends of their spins, each as long as its own host's issue). Where the host still outlasted the
-    spin and took as long to issue a round as the GPU to run it, the figure may be the host's: say so on
-    stderr, and in HOST_BOUND (saved with the results). (A launch check that cost 2-3 us a tensor once
-    made a chain of all-reduces time the host: docs/PERFORMANCE.md, issue 18.)"""
+    the ends of their spins, each as long as its own host's issue).
+
+    A round whose host outlasted its spin may have let the GPU wait (a host that stalled once: one round
+    of five did so on a 2 x H200 host, 2026-11-30, and the whole figure was marked host-bound): it is
+    not counted, and is run again, up to ``rounds`` times in all. ``ranks`` (timing.mpi_ranks' channel),
+    where ``fn``'s launches meet across ranks: every rank runs the round again when one of them must,
+    or the ranks' launches would no longer pair up. Where ``rounds`` rounds outlasted their spins before
+    ``rounds`` others did not, and the host took as long to issue a round as the GPU to run it, the
+    figure may be the host's: say so on stderr, and in HOST_BOUND (saved with the results). (A launch check
+    that cost 2-3 us a tensor once made a chain of all-reduces time the host: docs/PERFORMANCE.md,
+    issue 18.)"""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     lead = torch.cuda.Event(enable_timing=True)
-    samples, host, outlasted = [], [], False
+    kept, late = [], []  # (gpu us, host us) a call, of the rounds counted and of those the host outlasted
     issue_us = _issue_us(fn, reps) if device_bound else 0.0
-    for _ in range(rounds):
+    while len(kept) < rounds and len(late) < rounds:
         t_lead = time.perf_counter()
         if device_bound:
             lead.record()
@@ -65,18 +72,20 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
         for _ in range(reps):
             fn()
         t1 = time.perf_counter()
-        host.append((t1 - t0) * 1e6 / reps)
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / reps)
-        outlasted |= device_bound and (t1 - t_lead) * 1e3 >= lead.elapsed_time(start)
-    gpu_us, host_us = statistics.median(samples), statistics.median(host)
-    if device_bound and outlasted and host_us >= 0.9 * gpu_us:
+        outlasted = device_bound and (t1 - t_lead) * 1e3 >= lead.elapsed_time(start)
+        if ranks is not None and device_bound:
+            outlasted = any(ranks.exchange("timing: a round outlasted its spin", outlasted, 120))
+        (late if outlasted else kept).append((start.elapsed_time(end) * 1e3 / reps, (t1 - t0) * 1e6 / reps))
+    counted = kept if len(kept) == rounds else kept + late
+    gpu_us, host_us = statistics.median(g for g, _ in counted), statistics.median(h for _, h in counted)
+    if counted is not kept and host_us >= 0.9 * gpu_us:
         what = getattr(fn, "__qualname__", type(fn).__name__)
-        HOST_BOUND.append({"call": what, "host_us": host_us, "gpu_us": gpu_us})
+        HOST_BOUND.append({"call": what, "host_us": host_us, "gpu_us": gpu_us, "rounds_outlasted": len(late)})
         print(
-            f"timing: HOST-BOUND: issuing a call took {host_us:.1f} us on the host, the GPU {gpu_us:.1f} us: "
-            f"this figure is the host's, not the GPU's",
+            f"timing: HOST-BOUND: issuing a call took {host_us:.1f} us on the host, the GPU {gpu_us:.1f} us, and "
+            f"{len(late)} round(s) of {len(counted)} outlasted their spin: this figure is the host's, not the GPU's",
             file=sys.stderr,
             flush=True,
         )

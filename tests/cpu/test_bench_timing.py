@@ -138,3 +138,67 @@ def test_a_goal_is_not_judged_from_host_bound_figures(timing, monkeypatch, capsy
     capsys.readouterr()
     for verdict in ("met", "NOT met", "BELOW TARGET"):
         assert timing.judged(verdict) == "not judged: 1 timing(s) host-bound (host_bound in the JSON)"
+
+
+def spins_counted(timing, gpu: FakeGpu, monkeypatch) -> list[int]:
+    """The spins time_us queues, one a round (the clock's calibration taken as done)."""
+    timing._CYCLES_PER_US.append(FakeGpu.CYCLES_PER_US)
+    spins: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: (spins.append(cycles), gpu.run(cycles / gpu.CYCLES_PER_US)))
+    return spins
+
+
+def test_a_round_the_host_stalled_in_is_run_again_not_counted(timing, monkeypatch, capsys):
+    """A host that stalls once (a page fault, another process) outlasts one round's spin: the GPU may have
+    waited in that round, so it is not counted and one more is run, and the figure is not marked."""
+    gpu = FakeGpu(monkeypatch)
+    spins = spins_counted(timing, gpu, monkeypatch)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) == 7:  # warm-up 1, issue round 4, the first round's untimed call: its second timed one
+            time.sleep(20e-3)
+            gpu.run(500.0)  # the GPU waited for it
+        gpu.run(5.0)
+
+    assert timing.time_us(launch, reps=4, warmup=1, rounds=2, device_bound=True) == pytest.approx(5.0)
+    assert len(spins) == 3 and "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
+
+
+class RanksWhereAnotherStalls:
+    """timing.mpi_ranks' channel on rank 0 of two, whose rank 1 outlasted its spin in the first round."""
+
+    def __init__(self):
+        self.said: list[bool] = []
+
+    def exchange(self, purpose: str, payload, timeout: float) -> list:
+        self.said.append(payload)
+        return [payload, len(self.said) == 1]
+
+
+def test_every_rank_runs_a_round_again_when_one_must(timing, monkeypatch, capsys):
+    """Ranks' launches meet: were only the stalled rank to run a round again, its launches would wait for
+    peers that had gone on. So a round one rank does not count is run again on all of them."""
+    gpu = FakeGpu(monkeypatch)
+    spins = spins_counted(timing, gpu, monkeypatch)
+    ranks = RanksWhereAnotherStalls()
+    assert timing.time_us(lambda: gpu.run(5.0), reps=4, warmup=1, rounds=3, device_bound=True, ranks=ranks) == pytest.approx(5.0)
+    assert ranks.said == [False] * 4 and len(spins) == 4
+    assert "HOST-BOUND" not in capsys.readouterr().err and timing.HOST_BOUND == []
+
+
+def test_a_host_that_outlasts_every_spin_stops_after_as_many_rounds_again(timing, monkeypatch, capsys):
+    gpu = FakeGpu(monkeypatch)
+    spins = spins_counted(timing, gpu, monkeypatch)
+    calls = []
+
+    def launch():
+        calls.append(1)
+        if len(calls) > 5:
+            time.sleep(2e-3)
+        gpu.run(5.0)
+
+    assert timing.time_us(launch, reps=2, warmup=1, rounds=3, device_bound=True) == pytest.approx(5.0)
+    assert len(spins) == 3 and "3 round(s) of 3 outlasted their spin" in capsys.readouterr().err
+    assert [e["rounds_outlasted"] for e in timing.HOST_BOUND] == [3]
