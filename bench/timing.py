@@ -38,8 +38,9 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
     """Median over ``rounds`` of the mean time of ``reps`` back-to-back calls, in microseconds.
 
     ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch, a graph replay), so the figure
-    must be the GPU's alone. A launch costs the host 18-37 us (a 2 x H200 host, 2026-11-30), as long as a
-    short launch runs, so the GPU would wait for the host between calls. So a first round, not counted,
+    must be the GPU's alone. A launch costs the host 10-15 us for a small graph (a 2 x H200 host,
+    2026-11-30; more with many tensors to check), about as long as a short launch runs, so the GPU would
+    wait for the host between calls. So a first round, not counted,
     measures how long the host takes to issue ``reps`` calls; each counted round then holds the GPU in a
     spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and times
     the calls after the first (where ranks meet in a launch, the first absorbs the difference between

@@ -7,7 +7,7 @@ and the loader compares them with this file, so the two sides can never drift si
 
 from __future__ import annotations
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 MAX_INPUTS = 7  # tensor slices per task descriptor
 MAX_OUTPUTS = 3

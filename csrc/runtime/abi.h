@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 4
+#define MPK_ABI_VERSION 5
 #define MPK_MAX_INPUTS 7
 #define MPK_MAX_OUTPUTS 3
 #define MPK_NO_EVENT 0xffffffffu

@@ -182,13 +182,19 @@ void *mpk_create(int device, char *err, int errlen) {
 }
 
 // Launches one run of the persistent kernel on `stream` (a cudaStream_t; 0 is the legacy default
-// stream) without waiting for it. Fills in params->status and params->launch_id.
+// stream) without waiting for it. Fills in params->status and params->launch_id. First it harvests
+// the launches that have finished (mpk_poll with no wait), so that a launch costs the host one call
+// and not three; where one of them ended with an error it launches nothing and returns 1 (the caller
+// reports the error: mpk_take_error). 0: launched; -1: the launch failed; -2: harvesting failed (a
+// kernel fault: the context is no longer usable). Both with the reason in err.
 int mpk_launch(void *handle, MpkKernelParams *params, int grid, void *stream, char *err, int errlen) {
   auto *h = static_cast<mpk::host::Handle *>(handle);
-  if (h->launches - h->harvested >= static_cast<unsigned long long>(mpk::host::kStatusRing)) {
-    // The ring is full of launches nobody looked at: wait for the oldest.
-    if (mpk::host::poll(h, -1, nullptr, err, errlen) < 0) return -1;
+  if (mpk::host::poll(h, 0, nullptr, err, errlen) < 0) return -2;
+  while (h->launches - h->harvested >= static_cast<unsigned long long>(mpk::host::kStatusRing)) {
+    // The ring is full of running launches: wait for the oldest, not for all of them.
+    if (mpk::host::poll(h, 1, nullptr, err, errlen) < 0) return -2;
   }
+  if (h->has_error) return 1;
   cudaError_t e = cudaSetDevice(h->device);
   if (e != cudaSuccess) return mpk::host::fail(err, errlen, "cudaSetDevice", e);
   int const slot = static_cast<int>(h->launches % mpk::host::kStatusRing);

@@ -88,20 +88,25 @@ class Module:
             raise KernelError(err.value.decode())
         return handle
 
-    def launch(self, handle: int, params: abi.MpkKernelParams, grid: int, stream: int) -> None:
+    def launch(self, handle: int, params: abi.MpkKernelParams, grid: int, stream: int) -> bool:
+        """Harvest the launches that finished, then launch: True. False where one of them ended with an
+        error: nothing was launched, and take_error has the error."""
         err = C.create_string_buffer(_ERR)
-        if self.lib.mpk_launch(handle, C.byref(params), grid, C.c_void_p(stream), err, _ERR) != 0:
-            raise KernelError(f"launch failed: {err.value.decode()}")
+        rc = self.lib.mpk_launch(handle, C.byref(params), grid, stream, err, _ERR)
+        if rc == 0:
+            return True
+        if rc == 1:
+            return False
+        if rc == -2:
+            raise _context_lost(err)
+        raise KernelError(f"launch failed: {err.value.decode()}")
 
     def poll(self, handle: int, timeout_ms: int) -> abi.MpkStatus | None:
         """None when every launch finished; the live status of the oldest running one otherwise."""
         running, err = abi.MpkStatus(), C.create_string_buffer(_ERR)
         rc = self.lib.mpk_poll(handle, timeout_ms, C.byref(running), err, _ERR)
         if rc < 0:
-            raise KernelError(
-                f"{err.value.decode()}; the CUDA context is no longer usable: restart the process "
-                f"(a task body faulted: run it under compute-sanitizer to find where)"
-            )
+            raise _context_lost(err)
         return running if rc == 1 else None
 
     def take_error(self, handle: int) -> tuple[abi.MpkStatus, int] | None:
@@ -118,3 +123,10 @@ class Module:
     def destroy(self, handle: int, timeout_ms: int) -> bool:
         """True when freed; False when a launch is still running (nothing is freed then)."""
         return self.lib.mpk_destroy(handle, timeout_ms) == 0
+
+
+def _context_lost(err) -> KernelError:
+    return KernelError(
+        f"{err.value.decode()}; the CUDA context is no longer usable: restart the process "
+        f"(a task body faulted: run it under compute-sanitizer to find where)"
+    )

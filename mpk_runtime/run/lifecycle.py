@@ -73,11 +73,16 @@ class GpuKernel:
         return self.handle
 
     def launch(self, stream: torch.cuda.Stream | None) -> None:
-        self.harvest(timeout_ms=0)
         if self.stopped is not None:
             raise KernelError(self.stopped)
-        stream = stream if stream is not None else torch.cuda.current_stream(self.device)
-        self.module.launch(self._live(), self.device_graph.params, self.grid, stream.cuda_stream)
+        # The current stream's raw handle, which is all the launch needs: torch.cuda.current_stream() builds
+        # a Stream object a call, 3.7 us of a 15.6 us pk() (a 2 x H200 host, 2026-11-30).
+        raw = stream.cuda_stream if stream is not None else torch._C._cuda_getCurrentRawStream(self.device.index)
+        # One C call harvests the launches that finished and launches (a pk() costs the host about as long
+        # as a short launch runs on the GPU). Where one of them failed it launches nothing: raise that error.
+        if not self.module.launch(self._live(), self.device_graph.params, self.grid, raw):
+            self.harvest(timeout_ms=0)
+            raise KernelError("internal: the module refused a launch for an earlier launch's error, but reported none")
         self.launches += 1
 
     def harvest(self, timeout_ms: int) -> None:

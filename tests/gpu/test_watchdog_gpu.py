@@ -93,3 +93,22 @@ def test_too_many_workers_is_an_error_before_launch(make_pk):
     )
     with pytest.raises(mpk.CoResidencyError, match=f"num_workers={2 * sms}"):
         pk.compile()
+
+
+def test_an_error_of_a_finished_launch_is_raised_by_the_next_call_which_launches_nothing(make_pk):
+    """pk() harvests the launches that finished in the same C call that launches (one call a launch);
+    where one of them failed, that call launches nothing and pk() raises its error."""
+    pk = make_pk(placement="round_robin", watchdog_timeout=0.3)
+    ts = chain(pk, n=3)
+    pk._runner.device_graph.set_wait_count(2, 5)
+    pk()
+    torch.cuda.synchronize()  # the watchdog has stopped it; nothing has looked at its status yet
+    with pytest.raises(mpk.WatchdogError, match="launch 1"):
+        pk()
+    assert pk._runner.launches == 1
+    pk._runner.device_graph.set_wait_count(2, 1)
+    for t in ts[1:]:
+        t.data.fill_(-7)
+    pk()
+    pk.synchronize(timeout=30)
+    assert [t.data.item() for t in ts] == [1, 2, 3, 4] and pk._runner.launches == 2
