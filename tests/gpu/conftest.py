@@ -41,3 +41,19 @@ def make_pk():
     yield make
     for pk in made:
         pk.finalize()
+
+
+@pytest.fixture
+def probe_chain():
+    """Builder of a compiled chain of n no-op probe tasks on a kernel, each writing its input + 1: the n + 1
+    int32 tensors, the first 1 and the others -7 until a launch runs (then 1, 2, ..., n + 1)."""
+
+    def build(pk, n: int = 6) -> list:
+        ts = [pk.attach_input(torch.full((1,), -7, dtype=torch.int32, device="cuda"), f"t{i}") for i in range(n + 1)]
+        ts[0].data.fill_(1)
+        for i in range(n):
+            pk.noop_layer([ts[i]], [ts[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim, probe=True)
+        pk.compile()
+        return ts
+
+    return build

@@ -9,19 +9,10 @@ import torch
 SPIN_CYCLES = 400_000_000  # about 0.2 s: far longer than the host's steps below
 
 
-def chain(pk, n=3):
-    ts = [pk.attach_input(torch.full((1,), -7, dtype=torch.int32, device="cuda"), f"t{i}") for i in range(n + 1)]
-    ts[0].data.fill_(1)
-    for i in range(n):
-        pk.noop_layer([ts[i]], [ts[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim, probe=True)
-    pk.compile()
-    return ts
-
-
 @pytest.mark.parametrize("how", ["given", "current"])
-def test_a_launch_goes_to_its_stream(make_pk, how):
+def test_a_launch_goes_to_its_stream(make_pk, probe_chain, how):
     pk = make_pk()
-    ts = chain(pk)
+    ts = probe_chain(pk, n=3)
     torch.cuda.synchronize()
     side = torch.cuda.Stream()  # torch's pool streams do not wait for the default stream, nor it for them
     with torch.cuda.stream(side):

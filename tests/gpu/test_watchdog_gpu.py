@@ -11,18 +11,9 @@ import torch
 import mpk_runtime as mpk
 
 
-def chain(pk, n=6):
-    ts = [pk.attach_input(torch.full((1,), -7, dtype=torch.int32, device="cuda"), f"t{i}") for i in range(n + 1)]
-    ts[0].data.fill_(1)
-    for i in range(n):
-        pk.noop_layer([ts[i]], [ts[i + 1]], grid_dim=(1, 1, 1), block_dim=pk.block_dim, probe=True)
-    pk.compile()
-    return ts
-
-
-def test_unsatisfiable_dependency_raises_watchdog_error(make_pk):
+def test_unsatisfiable_dependency_raises_watchdog_error(make_pk, probe_chain):
     pk = make_pk(placement="round_robin", watchdog_timeout=0.5)
-    ts = chain(pk)
+    ts = probe_chain(pk)
     blocked = 3  # its producer is task 2; ask for two increments per iteration instead of one
     pk._runner.device_graph.set_wait_count(blocked, 2)
     start = time.perf_counter()
@@ -65,9 +56,9 @@ def test_process_still_builds_and_runs_after_a_watchdog_stop(make_pk):
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
 
 
-def test_launches_after_a_stopped_one_are_skipped_and_reported(make_pk):
+def test_launches_after_a_stopped_one_are_skipped_and_reported(make_pk, probe_chain):
     pk = make_pk(placement="round_robin", watchdog_timeout=0.3)
-    ts = chain(pk, n=3)
+    ts = probe_chain(pk, n=3)
     pk._runner.device_graph.set_wait_count(2, 5)
     pk()
     pk()  # queued behind the one that will be stopped
@@ -95,11 +86,11 @@ def test_too_many_workers_is_an_error_before_launch(make_pk):
         pk.compile()
 
 
-def test_an_error_of_a_finished_launch_is_raised_by_the_next_call_which_launches_nothing(make_pk):
+def test_an_error_of_a_finished_launch_is_raised_by_the_next_call_which_launches_nothing(make_pk, probe_chain):
     """pk() harvests the launches that finished in the same C call that launches (one call a launch);
     where one of them failed, that call launches nothing and pk() raises its error."""
     pk = make_pk(placement="round_robin", watchdog_timeout=0.3)
-    ts = chain(pk, n=3)
+    ts = probe_chain(pk, n=3)
     pk._runner.device_graph.set_wait_count(2, 5)
     pk()
     torch.cuda.synchronize()  # the watchdog has stopped it; nothing has looked at its status yet
