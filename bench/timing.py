@@ -40,11 +40,11 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
     ``device_bound``: ``fn`` only enqueues GPU work (a megakernel launch, a graph replay), so the figure
     must be the GPU's alone. A launch costs the host 10-15 us for a small graph (a 2 x H200 host,
     2026-11-30; more with many tensors to check), about as long as a short launch runs, so the GPU would
-    wait for the host between calls. So a first round, not counted,
-    measures how long the host takes to issue ``reps`` calls; each counted round then holds the GPU in a
-    spin (torch.cuda._sleep) twice as long as that while the host issues the round behind it, and times
-    the calls after the first (where ranks meet in a launch, the first absorbs the difference between
-    the ends of their spins, each as long as its own host's issue).
+    wait for the host between calls. So a first round, not counted, measures how long the host takes to
+    issue ``reps`` calls; each counted round then holds the GPU in a spin (torch.cuda._sleep) twice as
+    long as that while the host issues the round behind it, and times the calls after the first (where
+    ranks meet in a launch, the first absorbs the difference between the ends of their spins, each as
+    long as its own host's issue).
 
     A round whose host outlasted its spin may have let the GPU wait (a host that stalled once: one round
     of five did so on a 2 x H200 host, 2026-11-30, and the whole figure was marked host-bound): it is
@@ -52,8 +52,8 @@ def time_us(fn, reps: int = 100, warmup: int = 10, rounds: int = 5, device_bound
     where ``fn``'s launches meet across ranks: every rank runs the round again when one of them must,
     or the ranks' launches would no longer pair up. Where ``rounds`` rounds outlasted their spins before
     ``rounds`` others did not, and the host took as long to issue a round as the GPU to run it, the
-    figure may be the host's: say so on stderr, and in HOST_BOUND (saved with the results). (A launch check
-    that cost 2-3 us a tensor once made a chain of all-reduces time the host: docs/PERFORMANCE.md,
+    figure may be the host's: say so on stderr, and in HOST_BOUND (saved with the results). (A launch
+    check that cost 2-3 us a tensor once made a chain of all-reduces time the host: docs/PERFORMANCE.md,
     issue 18.)"""
     for _ in range(warmup):
         fn()

@@ -27,3 +27,16 @@ def test_a_launch_goes_to_its_stream(make_pk, probe_chain, how):
     side.synchronize()
     pk.synchronize(timeout=30)
     assert [t.data.item() for t in ts] == [1, 2, 3, 4]
+
+
+def test_launches_past_the_status_ring_wait_for_the_oldest_and_all_run(make_pk, probe_chain):
+    """The module keeps 64 launches' statuses; behind a spin the host issues more than that, so a launch
+    waits for the oldest to finish (csrc/runtime/host.cuh) and every one still runs and is harvested."""
+    pk = make_pk()
+    ts = probe_chain(pk, n=3)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SPIN_CYCLES // 8)
+    for _ in range(150):
+        pk()
+    pk.synchronize(timeout=60)
+    assert pk._runner.launches == 150 and [t.data.item() for t in ts] == [1, 2, 3, 4]
