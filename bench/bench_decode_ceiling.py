@@ -19,7 +19,6 @@ real math, the q rows and the append only add to these times.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,9 +26,9 @@ from pathlib import Path
 import torch
 
 from mpk_runtime import archs
-from mpk_runtime.build.nvcc import nvcc
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cuda_program  # noqa: E402
 import layer_bench  # noqa: E402
 import timing  # noqa: E402
 
@@ -107,23 +106,13 @@ COPIES = {0: "cp.async", 1: "bulk rows", 2: "tensor"}
 
 
 def build(arch: archs.Arch, where: Path) -> Path:
-    exe = where / "decode_ceiling"
-    subprocess.run([nvcc(), "-O3", "-std=c++17", f"-gencode={arch.gencode}", "-o", str(exe), str(SOURCE)], check=True)
-    return exe
+    return cuda_program.build(SOURCE, arch, where)
 
 
-class CaseFailed(Exception):
-    """One case of the program failed: the case and the program's message."""
-
-
-def run(exe: Path, args: list[int]) -> dict[str, float]:
-    """The program's figures for one case (B S Z slots stages tile chain merge copies math_ns bulk lds
-    producers)."""
-    done = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
-    if done.returncode:
-        raise CaseFailed(f"decode_ceiling {' '.join(map(str, args))} failed ({done.returncode}): {done.stderr.strip()}")
-    line = done.stdout.split()
-    return {key: float(value) for key, value in zip(line[::2], line[1::2])}
+# The program's figures for one case (B S Z slots stages tile chain merge copies math_ns bulk lds
+# producers); a case it cannot run raises CaseFailed with the program's message.
+CaseFailed = cuda_program.CaseFailed
+run = cuda_program.figures
 
 
 def table(rows: list[dict]) -> list[str]:

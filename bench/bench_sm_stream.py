@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from mpk_runtime import archs
-from mpk_runtime.build.nvcc import nvcc
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cuda_program  # noqa: E402
 import timing  # noqa: E402
 
 SOURCE = Path(__file__).with_name("sm_stream.cu")
@@ -26,9 +26,7 @@ SOURCE = Path(__file__).with_name("sm_stream.cu")
 
 def build(arch: archs.Arch, where: Path) -> Path:
     """The program, built for `arch` (the project's gencode for it) into `where`."""
-    exe = where / "sm_stream"
-    subprocess.run([nvcc(), "-O3", "-std=c++17", f"-gencode={arch.gencode}", "-o", str(exe), str(SOURCE)], check=True)
-    return exe
+    return cuda_program.build(SOURCE, arch, where)
 
 
 def parse(stdout: str) -> list[dict]:
