@@ -12,6 +12,8 @@ rows); `sync`: a __syncthreads after each stage's wait (a body whose warps share
 CTAs start from the previous block's combine, a stand-in for a router that costs nothing);
 `combine`: partials, then a combine into the bf16 output (else atomics into an fp32 output: no
 combine, but an output no bf16 layer reads and a sum whose order changes from run to run).
+Every case also checks what it streamed (a checksum of the chunks read against one of the routed
+experts' bytes); a case whose check fails is a failed row, and the bench exits non-zero.
 
     python bench/bench_moe_ceiling.py   # writes $OUT/bench_moe_ceiling.json
 """

@@ -30,9 +30,10 @@
 //           zeroed before the launch: an output no bf16 layer could read, and an order of sums that
 //           changes from run to run) and counts itself done.
 // The routed experts change from block to block (16 sets of 8 cover all 128 experts), so none is in
-// L2 when its block reads it. Printed: the per-block time (T(blocks) - T(2)) / (blocks - 2), and the
-// medians over CTAs of one block's phases (route, stream, partial, the wait for the last partial,
-// combine).
+// L2 when its block reads it. One launch also checks what was streamed: the sum over every chunk read
+// of the xor of its four words, against the same sum over the routed experts' bytes. Printed: the per-block time
+// (T(blocks) - T(2)) / (blocks - 2), and the medians over CTAs of one block's phases (route, stream, partial, the wait
+// for the last partial, combine).
 //
 //   moe_ceiling blocks stages stage_kb layout sync router combine copy
 #include <cuda.h>
@@ -66,6 +67,7 @@ struct Params {
   __nv_bfloat16 *out;      // blocks x kH
   unsigned *count;         // blocks x 3: routers done, partials written, combines done
   unsigned long long *stamps;  // CTAs x kStamps, of block `stamp_block`
+  unsigned long long *checksum;  // every CTA adds its `streamed`
   mpk::TensorMap const *w2_map;  // copy 1: w2 of every expert, (E, H, I), a box 16 columns x 256 rows
   int blocks, first, layout, sync, router, combine, copy, stamp_block;
 };
@@ -97,11 +99,6 @@ __device__ __forceinline__ float logit_of(int g, int e) {
   return e % 16 == g % 16 ? 4.f + 0.01f * (e / 16) : -0.001f * e;
 }
 
-// The CTA's stream is a list of 64 KB segments, each of one unit: its gate rows, its up rows (each
-// contiguous), and later its w2 columns (layout 0: 32 bytes of each of 2048 rows; layout 1: 16
-// contiguous rows). A stage (16, 32 or 64 KB) lies in one segment, so a chunk's address is the
-// segment's base plus a shift: the address costs a few instructions, as a body's would.
-constexpr int kMaxSegments = 48;
 constexpr int kTmaStage = 32 * 1024;  // copy 1's stage: a bulk copy, or 4 tensor copies of 256 w2 rows
 
 // One bulk copy of `bytes` contiguous bytes (16-byte aligned) through the TMA unit, counted on `bar`.
@@ -115,6 +112,12 @@ __device__ __forceinline__ void bulk_copy(void *dst, void const *src, unsigned b
   __trap();
 #endif
 }
+
+// The CTA's stream is a list of 64 KB segments, each of one unit: its gate rows, its up rows (each
+// contiguous), and later its w2 columns (layout 0: 32 bytes of each of 2048 rows; layout 1: 16
+// contiguous rows). A stage (16, 32 or 64 KB) lies in one segment, so a chunk's address is the
+// segment's base plus a shift: the address costs a few instructions, as a body's would.
+constexpr int kMaxSegments = 48;
 
 __device__ __forceinline__ uint16_t const *chunk_of(uint16_t const *base, bool strided, int c) {
   return strided ? base + (c >> 1) * kI + (c & 1) * 8 : base + c * 8;
@@ -133,7 +136,8 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_bytes));
   int const chunks_a_stage = static_cast<int>(dyn_bytes / kStages / 16);
   int const mine_a_stage = chunks_a_stage / kThreads;
-  unsigned acc = 0;
+  unsigned acc = 0;               // the router's weights, as read
+  unsigned long long streamed = 0;  // the sum of every streamed 16-byte chunk's xor of its 4 words
   int used = 0;  // copy 1: stages this CTA has used so far, which give each stage's slot and parity
   if (p.copy && tid == 0)
     for (int k = 0; k < kStages; ++k) mpk::mbarrier_init(bars + k, 1);
@@ -251,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
         uint4 const *src = reinterpret_cast<uint4 const *>(dyn + (g % kStages) * kTmaStage);
         for (int i = 0; i < mine_a_stage; ++i) {
           uint4 const v = src[i * kThreads + tid];
-          acc += v.x ^ v.y ^ v.z ^ v.w;
+          streamed += v.x ^ v.y ^ v.z ^ v.w;
         }
         __syncthreads();  // the slot is refilled next
       }
@@ -265,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
         uint4 const *src = reinterpret_cast<uint4 const *>(dyn + (st % kStages) * chunks_a_stage * 16);
         for (int i = 0; i < mine_a_stage; ++i) {
           uint4 const v = src[i * kThreads + tid];
-          acc += v.x ^ v.y ^ v.z ^ v.w;
+          streamed += v.x ^ v.y ^ v.z ^ v.w;
         }
         if (p.sync) __syncthreads();
       }
@@ -273,7 +277,8 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
     }
     marks[2] = now_ns();
     if (!p.combine) {
-      for (int i = tid; i < kH; i += kThreads) atomicAdd(p.sums + b * kH + i, static_cast<float>(acc & 0xff) * 1e-6f);
+      for (int i = tid; i < kH; i += kThreads)
+        atomicAdd(p.sums + b * kH + i, static_cast<float>(streamed & 0xff) * 1e-6f);
       __threadfence();
       add_count(count + 2);
       marks[3] = marks[4] = marks[5] = now_ns();
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
     }
     // partial
     float *part = p.partial + (static_cast<long long>(b) * ctas + me) * kH;
-    for (int i = tid; i < kH; i += kThreads) part[i] = static_cast<float>(acc & 0xff) * 1e-6f + 0.001f * i;
+    for (int i = tid; i < kH; i += kThreads) part[i] = static_cast<float>(streamed & 0xff) * 1e-6f + 0.001f * i;
     __threadfence();
     add_count(count + 1);
     marks[3] = now_ns();
@@ -310,7 +315,23 @@ __global__ void __launch_bounds__(kThreads) moe_block(__grid_constant__ const Pa
     if (b == p.stamp_block && tid == 0)
       for (int i = 0; i < kStamps; ++i) p.stamps[me * kStamps + i] = marks[i];
   }
-  if (acc == 0x12345678u) p.out[0] = __float2bfloat16(1.f);  // keeps the loads
+  if (acc == 0x12345678u) p.out[0] = __float2bfloat16(1.f);  // keeps the router's loads
+  atomicAdd(p.checksum, streamed);
+}
+
+// What `checksum` must be after a launch of `blocks` blocks from block `first`: the same sum over every
+// 16-byte chunk of the experts each block routes. Whatever the copies and w2's layout, a block streams
+// exactly its 8 experts' bytes once.
+__global__ void expected_checksum(uint16_t const *w, int first, int blocks, unsigned long long *sum) {
+  long long const chunks = kExpertElems / 8, n = blocks * kTopk * chunks;
+  unsigned long long mine = 0;
+  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += gridDim.x * 256LL) {
+    int const b = static_cast<int>(i / (kTopk * chunks)), j = static_cast<int>(i / chunks % kTopk);
+    int const expert = j * 16 + (first + b) % 16;  // logit_of's set for block first + b
+    uint4 const v = reinterpret_cast<uint4 const *>(w + expert * kExpertElems)[i % chunks];
+    mine += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  atomicAdd(sum, mine);
 }
 
 using Kernel = void (*)(Params);
@@ -420,8 +441,10 @@ int main(int argc, char **argv) {
     CHECK(cudaMalloc(&w2_map, sizeof(mpk::TensorMap)));
     CHECK(cudaMemcpy(w2_map, &map, sizeof(map), cudaMemcpyHostToDevice));
   }
-  Params p{w,      wr, logits, partial, sums,   out,     count, stamps,    w2_map,
-           blocks, 0,  layout, sync,    router, combine, copy,  blocks / 2};
+  unsigned long long *sums_of_chunks;  // [0]: what the launch streamed, [1]: what it should have
+  CHECK(cudaMalloc(&sums_of_chunks, 2 * sizeof(unsigned long long)));
+  Params p{w,      wr,     logits, partial, sums, out,    count,   stamps, sums_of_chunks,
+           w2_map, blocks, 0,      layout,  sync, router, combine, copy,   blocks / 2};
 
   cudaEvent_t a, e;
   CHECK(cudaEventCreate(&a));
@@ -453,8 +476,20 @@ int main(int argc, char **argv) {
   double const many = launch_us(blocks), two = launch_us(2);
   // The phases of the middle block of a launch, medians over the CTAs (ns -> us).
   p.stamp_block = blocks / 2;
+  // The same launch checks the stream's bytes: every chunk of the routed experts once, none other.
+  CHECK(cudaMemset(sums_of_chunks, 0, 2 * sizeof(unsigned long long)));
+  int const first = run;
   launch(blocks);
+  expected_checksum<<<1024, 256>>>(w, first, blocks, sums_of_chunks + 1);
   CHECK(cudaDeviceSynchronize());
+  unsigned long long sums_host[2];
+  CHECK(cudaMemcpy(sums_host, sums_of_chunks, sizeof(sums_host), cudaMemcpyDeviceToHost));
+  if (sums_host[0] != sums_host[1]) {
+    std::fprintf(stderr,
+                 "moe_ceiling: the blocks streamed other bytes than their experts' (checksum %llu, expected %llu)\n",
+                 sums_host[0], sums_host[1]);
+    return 1;
+  }
   std::vector<unsigned long long> host(size_t(sms) * kStamps);
   CHECK(cudaMemcpy(host.data(), stamps, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
   std::vector<double> phase[kStamps - 1];
