@@ -5,9 +5,9 @@ copy bandwidth of this run. What a variant does not reach, no body of that shape
 the routing weights and the residual only add to these times.
 
 Each variant: `stages` x `stage_kb` KB in flight a CTA, by cp.async from every thread or (`copy`
-TMA, sm90 on) by the TMA unit from one thread; w2 as the model keeps it ((H, I)
-an expert: a unit's 16 columns are 32 bytes of each of 2048 rows) or transposed ((I, H): 16 contiguous
-rows); `sync`: a __syncthreads after each stage's wait (a body whose warps share a stage needs one);
+TMA, sm90 on) by the TMA unit from one thread; w2 as the model keeps it ((H, I) an expert: a unit's
+16 columns are 32 bytes of each of 2048 rows) or transposed ((I, H): 16 contiguous rows); `sync`: a
+__syncthreads after each stage's wait (a body whose warps share a stage needs one);
 `router`: the 16 router CTAs read the router's weights and write the logits first (else the expert
 CTAs start from the previous block's combine, a stand-in for a router that costs nothing);
 `combine`: partials, then a combine into the bf16 output (else atomics into an fp32 output: no

@@ -39,11 +39,9 @@ def test_the_program_builds_for_sm80_and_sm90(bench, program, tmp_path):
         ([10, 8, 32, 0, 0, 1, 1, 0], "stages 8 stage_kb 32"),  # 256 KB of stages do not fit an SM
     ],
 )
-def test_a_case_it_cannot_run_fails_with_the_case_and_the_reason(program, args, message):
-    import cuda_program  # bench/, on sys.path once the bench module has loaded it
-
-    with pytest.raises(cuda_program.CaseFailed) as failed:
-        cuda_program.figures(program, args)
+def test_a_case_it_cannot_run_fails_with_the_case_and_the_reason(bench, program, args, message):
+    with pytest.raises(bench.cuda_program.CaseFailed) as failed:
+        bench.cuda_program.figures(program, args)
     assert message in str(failed.value)
     assert str(failed.value).startswith(f"moe_ceiling {' '.join(map(str, args))} failed (2): ")
 
