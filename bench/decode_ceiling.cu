@@ -47,7 +47,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda_check.h"
+#include "ceiling_program.cuh"
 
 constexpr int kHkv = 8, kD = 128, kPage = 64, kRows = 4;  // kv heads, head dim, page, q rows a task (GQA 4)
 constexpr int kRowBytes = kD * 2;
@@ -68,12 +68,6 @@ struct Params {
   int producers;                // warps that only copy (the rest only compute), 0: every warp does both
   CUtensorMap maps[16];         // bulk 2: each copy's K and V cache as a tensor (2 copy + 0 or 1)
 };
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ __forceinline__ unsigned dynamic_smem_size() {
   unsigned bytes;
@@ -490,14 +484,8 @@ int main(int argc, char **argv) {
   // bulk 2: each copy's K and V cache as a 4-d tensor (head dim, kv head, row, page), a box a page of one head.
   CUtensorMap maps[16];
   if (bulk == 2) {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    if (!fn || found != cudaDriverEntryPointSuccess) {
-      std::fprintf(stderr, "decode_ceiling: the driver has no cuTensorMapEncodeTiled\n");
-      return 1;
-    }
-    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    auto const encode = tensor_map_encoder("decode_ceiling");
+    if (!encode) return 1;
     cuuint64_t const dims[4] = {kD, kHkv, kPage, static_cast<cuuint64_t>(pages)};
     cuuint64_t const strides[3] = {kRowBytes, kHkv * kRowBytes, static_cast<cuuint64_t>(kPage) * kHkv * kRowBytes};
     cuuint32_t const box[4] = {kD, 1, kPage, 1}, unit[4] = {1, 1, 1, 1};
@@ -525,25 +513,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  cudaEvent_t a, e;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&e));
   auto launch_us = [&](int n) {
     p.copies = n;
-    std::vector<float> times;
-    for (int rep = 0; rep < 25; ++rep) {
-      CHECK(cudaMemsetAsync(count, 0, heads * sizeof(unsigned)));
-      CHECK(cudaEventRecord(a));
-      k<<<sms, 256, smem>>>(p);
-      CHECK(cudaEventRecord(e));
-      CHECK(cudaEventSynchronize(e));
-      CHECK(cudaGetLastError());
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, a, e));
-      if (rep >= 5) times.push_back(ms * 1e3f);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return median_launch_us([&] { CHECK(cudaMemsetAsync(count, 0, heads * sizeof(unsigned))); },
+                            [&] { k<<<sms, 256, smem>>>(p); });
   };
   float const many = launch_us(copies), one = launch_us(1);
   // The span of one layer: its tasks' first start to last end, median of 20 launches of one alone.
@@ -566,8 +539,7 @@ int main(int argc, char **argv) {
     }
     spans.push_back((hi - lo) * 1e-3);
   }
-  std::sort(spans.begin(), spans.end());
   std::printf("launch_n_us %.2f launch_1_us %.2f per_layer_us %.2f span_us %.2f smem_KB %zu sms %d\n", many, one,
-              (many - one) / (copies - 1), spans[spans.size() / 2], smem / 1024, sms);
+              (many - one) / (copies - 1), median(spans), smem / 1024, sms);
   return 0;
 }

@@ -47,7 +47,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cuda_check.h"
+#include "ceiling_program.cuh"
 #include "primitives/cp_async.cuh"
 #include "primitives/tma.cuh"
 
@@ -71,12 +71,6 @@ struct Params {
   mpk::TensorMap const *w2_map;  // copy 1: w2 of every expert, (E, H, I), a box 16 columns x 256 rows
   int blocks, first, layout, sync, router, combine, copy, stamp_block;
 };
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Thread 0 spins until *c reaches `target` (acquire), then the CTA goes on.
 __device__ __forceinline__ void wait_count(unsigned const *c, unsigned target) {
@@ -358,11 +352,6 @@ __global__ void fill(uint16_t *p, long long n) {
     p[i] = static_cast<uint16_t>(0x3c00u + (i * 2654435761u >> 24));
 }
 
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int main(int argc, char **argv) {
   if (argc != 9) {
     std::fprintf(stderr, "usage: moe_ceiling blocks stages stage_kb layout sync router combine copy\n");
@@ -419,21 +408,15 @@ int main(int argc, char **argv) {
   CHECK(cudaMalloc(&stamps, size_t(sms) * kStamps * sizeof(unsigned long long)));
   mpk::TensorMap *w2_map = nullptr;
   if (copy) {  // w2 of every expert as a tensor (I, H, E, 1), dim 0 contiguous; a box 16 columns x 256 rows
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    if (!fn || found != cudaDriverEntryPointSuccess) {
-      std::fprintf(stderr, "moe_ceiling: the driver has no cuTensorMapEncodeTiled\n");
-      return 1;
-    }
+    auto const encode = tensor_map_encoder("moe_ceiling");
+    if (!encode) return 1;
     CUtensorMap map;
     cuuint64_t const dims[4] = {kI, kH, kE, 1};
     cuuint64_t const strides[3] = {kI * 2, kExpertElems * 2, kE * kExpertElems * 2};
     cuuint32_t const box[4] = {16, 256, 1, 1}, unit[4] = {1, 1, 1, 1};
-    CUresult const made = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)(
-        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, w + 2 * kI * kH, dims, strides, box, unit,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult const made = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, w + 2 * kI * kH, dims, strides, box, unit,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (made != CUDA_SUCCESS) {
       std::fprintf(stderr, "moe_ceiling: cuTensorMapEncodeTiled failed (%d)\n", static_cast<int>(made));
       return 1;
@@ -446,9 +429,6 @@ int main(int argc, char **argv) {
   Params p{w,      wr,     logits, partial, sums, out,    count,   stamps, sums_of_chunks,
            w2_map, blocks, 0,      layout,  sync, router, combine, copy,   blocks / 2};
 
-  cudaEvent_t a, e;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&e));
   int run = 0;  // blocks launched so far: each block routes the next set of experts
   auto launch = [&](int n) {
     p.blocks = n;
@@ -459,20 +439,7 @@ int main(int argc, char **argv) {
     void *args[] = {&p};
     CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void const *>(k), sms, kThreads, args, smem));
   };
-  auto launch_us = [&](int n) {
-    std::vector<double> times;
-    for (int rep = 0; rep < 25; ++rep) {
-      CHECK(cudaEventRecord(a));
-      launch(n);
-      CHECK(cudaEventRecord(e));
-      CHECK(cudaEventSynchronize(e));
-      CHECK(cudaGetLastError());
-      float ms;
-      CHECK(cudaEventElapsedTime(&ms, a, e));
-      if (rep >= 5) times.push_back(ms * 1e3);
-    }
-    return median(times);
-  };
+  auto launch_us = [&](int n) { return double(median_launch_us([] {}, [&] { launch(n); })); };  // memsets timed
   double const many = launch_us(blocks), two = launch_us(2);
   // The phases of the middle block of a launch, medians over the CTAs (ns -> us).
   p.stamp_block = blocks / 2;

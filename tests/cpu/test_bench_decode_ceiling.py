@@ -26,7 +26,8 @@ def program(bench, request, tmp_path_factory):
     """The built program, from pytest's cache when its sources and the toolkit are the same (both
     xdist workers may ask at once: one builds, under a lock, and the other finds it). Without the
     cache (``-p no:cacheprovider``) it is built in this session's temporary directory."""
-    sources = [Path(bench.SOURCE), Path(bench.SOURCE).with_name("cuda_check.h")]  # the program and what it includes
+    here = Path(bench.SOURCE).parent  # the program and what it includes
+    sources = [Path(bench.SOURCE), here / "ceiling_program.cuh", here / "cuda_check.h"]
     key = hashlib.sha256(cuda_version().encode() + b"".join(p.read_bytes() for p in sources))
     name = f"decode_ceiling-{key.hexdigest()[:16]}"
     cache = getattr(request.config, "cache", None)
